@@ -1,0 +1,30 @@
+# `make demo` and `make test` do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+# torch==2.13.0 is installed first, on its own: asked for by another package, pip could pull a newer
+# multi-GB CUDA build onto a CPU machine. On a GPU machine the same line installs the CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0"
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,tensorboard]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/cotrain demo $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"
+	$(BIN)/python bench/grpo_vs_trl.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,175 @@
+"""cotrain run | eval | demo | plot.
+
+Every mistake a user can make ends with one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from cotrain.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print the whole usage)
+        raise UserError(f"{message} (see '{self.prog} --help')")
+
+
+def _recipe(name: str):
+    if name == "sft":
+        from cotrain.recipes import sft
+        return sft
+    from cotrain.recipes import grpo
+    return grpo
+
+
+def cmd_run(args) -> int:
+    from cotrain.config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    out = args.out or cfg.out_dir
+    if not out:
+        raise UserError("no run directory: pass --out DIR or set out_dir in the config")
+    cfg.out_dir = str(out)
+    results = _recipe(cfg.recipe).run(cfg, out, resume=args.resume)
+    _print_results(out, results)
+    return 0
+
+
+def _print_results(run_dir, results: dict) -> None:
+    for role, splits in results.items():
+        for split, m in splits.items():
+            shown = "  ".join(f"{k}={v:.3f}" for k, v in m.items() if k not in ("n",) and isinstance(v, float))
+            print(f"{run_dir}  {role}/{split}: {shown}")
+
+
+def cmd_eval(args) -> int:
+    from cotrain.config import build_config
+    from cotrain.eval.evaluate import evaluate_generator
+    from cotrain.models.build import load_model
+    from cotrain.runs.rundir import resolve_model_dir, write_json_atomic
+    from cotrain.runs.session import device, eval_kwargs
+    from cotrain.tasks import make_task
+
+    cfg = build_config({"task": {"name": args.task}}, args.overrides)
+    if args.splits:
+        cfg.eval.splits = args.splits.split(",")
+    if args.n:
+        cfg.eval.n = args.n
+    model, tokenizer = load_model(resolve_model_dir(args.checkpoint))
+    model.to(device())
+    task = make_task(cfg.task.name, **cfg.task.options())
+    results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
+                                               **eval_kwargs(cfg))}
+    if args.out:
+        write_json_atomic(Path(args.out), results)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+def demo_stages() -> dict:
+    """The embedded default: the stage configs of `cotrain demo`."""
+    return yaml.safe_load(resources.files("cotrain").joinpath("demo.yaml").read_text())
+
+
+def cmd_demo(args) -> int:
+    from cotrain.analysis.plot import plot_runs
+    from cotrain.config import build_config
+
+    out = Path(args.out)
+    stages = demo_stages()
+    results = {}
+    prev = None
+    for name, raw in stages.items():
+        raw = dict(raw, seed=args.seed)
+        if prev is not None:
+            raw["init"] = str(prev)
+        cfg = build_config(raw, args.overrides)
+        cfg.out_dir = str(out / name)
+        print(f"== demo stage {name}: {cfg.recipe}, {cfg.train.steps} steps -> {out / name}", flush=True)
+        done = (out / name / "eval.json").is_file()
+        if done and not args.force:
+            results[name] = json.loads((out / name / "eval.json").read_text())
+            print(f"   (already finished; --force reruns)")
+        else:
+            results[name] = _recipe(cfg.recipe).run(cfg, out / name, resume=args.resume or (out / name / "checkpoints").exists())
+        prev = out / name
+    plot_runs([out / name for name in stages], out_dir=out)
+    print("\n== demo results (greedy pass@1)")
+    splits = sorted({s for r in results.values() for s in r["generator"]})
+    print(f"{'stage':<8}" + "".join(f"{s:>10}" for s in splits))
+    for name, r in results.items():
+        print(f"{name:<8}" + "".join(f"{r['generator'].get(s, {}).get('pass@1', float('nan')):>10.3f}" for s in splits))
+    print(f"\nplots: {out / 'curves.png'}  {out / 'eval.png'}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from cotrain.analysis.plot import plot_runs
+
+    for d in args.runs:
+        if not Path(d).is_dir():
+            raise UserError(f"not a run directory: {d}")
+    try:
+        paths = plot_runs([Path(d) for d in args.runs], out_dir=Path(args.out) if args.out else None)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    for p in paths:
+        print(p)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="cotrain", description="RL co-training of language models that check each other.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a config: cotrain run CONFIG.yaml [key.sub=value ...]")
+    r.add_argument("config")
+    r.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.lr=1e-4")
+    r.add_argument("--out", help="run directory (overrides out_dir)")
+    r.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
+    r.set_defaults(fn=cmd_run)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint: cotrain eval CHECKPOINT --task arith")
+    e.add_argument("checkpoint", help="a run dir, a checkpoint dir or a model dir")
+    e.add_argument("--task", required=True)
+    e.add_argument("--splits", help="comma-separated splits (default: test,ood)")
+    e.add_argument("--n", type=int, help="problems per split")
+    e.add_argument("--out", help="write the results to this JSON file")
+    e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.k=4 task.data_dir=DIR")
+    e.set_defaults(fn=cmd_eval)
+
+    d = sub.add_parser("demo", help="SFT then GRPO on arithmetic, evaluated and plotted")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--out", default="runs/demo")
+    d.add_argument("--resume", action="store_true", help="continue unfinished stages")
+    d.add_argument("--force", action="store_true", help="rerun stages that already finished")
+    d.add_argument("overrides", nargs="*", help="dotted overrides applied to every stage")
+    d.set_defaults(fn=cmd_demo)
+
+    pl = sub.add_parser("plot", help="PNG curves of one or several runs")
+    pl.add_argument("runs", nargs="+")
+    pl.add_argument("--out", help="output directory")
+    pl.set_defaults(fn=cmd_plot)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.fn(args)
+    except UserError as err:
+        print(f"cotrain: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cotrain: interrupted (resume with --resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Run configs: declared once, loaded from YAML plus dotted command-line overrides, validated on load.
+
+A config file carries only what differs from the defaults below. Every mistake a user can make here
+raises `UserError` with one line that says how to fix it (unknown keys name the closest valid key).
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cotrain.errors import UserError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    preset: Literal["nano", "tiny", "small", "base"] | None = Field(
+        "tiny", description="Build a Llama-architecture model from scratch with this size preset.")
+    tokenizer: Literal["char"] = Field("char", description="Tokenizer for a preset model (character level).")
+    path: str | None = Field(None, description="Load a pretrained model from a directory or hub id instead of a preset.")
+    max_length: int = Field(512, ge=16, description="Maximum positions of a preset model.")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.path is not None:
+            self.__dict__["preset"] = None  # a path wins over the default preset
+        if self.path is None and self.preset is None:
+            raise ValueError("set model.preset or model.path")
+        return self
+
+
+class TaskConfig(BaseModel):
+    """Which task and its knobs; keys other than `name` are passed to the task's constructor."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field("arith", description="arith | gsm8k | math500 | jsonl | rg:<reasoning-gym name>")
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class TrainConfig(_Section):
+    steps: int = Field(200, ge=0, description="Optimizer steps of the run.")
+    batch_size: int = Field(64, ge=1, description="SFT: sequences per step. GRPO: completions per step (prompts x group_size).")
+    lr: float = Field(1e-4, gt=0, description="Peak learning rate of AdamW.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
+    schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="Learning-rate decay after warm-up.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping by global norm.")
+    bf16: bool = Field(True, description="torch.autocast to bfloat16 for forward passes (CPU and GPU).")
+    n_problems: int | None = Field(20000, ge=1, description="Training problems drawn from the train split (null: all).")
+
+
+class GrpoConfig(_Section):
+    group_size: int = Field(8, description="G: completions sampled per prompt; must be at least 2.")
+    max_new_tokens: int = Field(48, ge=1, description="Completion length limit.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of rollouts.")
+    beta: float = Field(0.0, ge=0, description="KL coefficient to the frozen reference (no reference is built when 0).")
+    epsilon: float = Field(0.2, gt=0, description="Lower PPO clip range.")
+    epsilon_high: float | None = Field(None, gt=0, description="Upper PPO clip range (DAPO clip-higher); defaults to epsilon.")
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = Field("grpo", description="Token aggregation of the loss.")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Std used to scale advantages.")
+    num_iterations: int = Field(1, ge=1, description="mu: optimisation passes over each generated batch.")
+    num_minibatches: int = Field(1, ge=1, description="Optimizer steps per pass; the batch is split this many ways.")
+    mask_truncated: bool = Field(False, description="Drop completions that hit max_new_tokens from the loss (DAPO).")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.group_size < 2:
+            raise ValueError(f"grpo.group_size must be at least 2 (got {self.group_size}): advantages are relative within a group")
+        return self
+
+
+class EvalConfig(_Section):
+    splits: list[str] = Field(["test", "ood"], description="Splits to evaluate at the end (missing ones are skipped).")
+    n: int = Field(500, ge=1, description="Problems per split for greedy pass@1.")
+    k: int = Field(8, ge=1, description="Samples per problem for pass@k and maj@k (0 disables).")
+    n_sampled: int = Field(200, ge=0, description="Problems per split for the sampled metrics.")
+    temperature: float = Field(1.0, gt=0, description="Temperature of the sampled metrics.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Completion limit (default: grpo.max_new_tokens).")
+    batch_size: int = Field(256, ge=1, description="Sequences per generation batch.")
+    every: int = Field(0, ge=0, description="Greedy eval during training every N steps (0: only at the end).")
+    n_during: int = Field(200, ge=1, description="Problems of the first split evaluated during training.")
+
+
+class CheckpointConfig(_Section):
+    every: int = Field(50, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
+
+
+class LogConfig(_Section):
+    every: int = Field(1, ge=1, description="Write metrics every N steps.")
+    tensorboard: bool = Field(True, description="Mirror metrics to TensorBoard when it is installed.")
+    progress: bool = Field(True, description="Live progress bar on stderr.")
+
+
+class RunConfig(_Section):
+    recipe: Literal["sft", "grpo"] = Field("grpo", description="Training loop to run.")
+    seed: int = Field(0, description="The one seed; every random choice derives from it.")
+    out_dir: str | None = Field(None, description="Run directory (the CLI's --out overrides it).")
+    init: str | None = Field(None, description="Start from this checkpoint (a run dir, a step dir or a model dir).")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.recipe == "grpo" and self.train.batch_size % self.grpo.group_size:
+            raise ValueError(
+                f"train.batch_size ({self.train.batch_size}) must be divisible by grpo.group_size "
+                f"({self.grpo.group_size}): a prompt's whole group is in one batch")
+        if self.recipe == "grpo" and self.train.batch_size % self.grpo.num_minibatches:
+            raise ValueError(
+                f"train.batch_size ({self.train.batch_size}) must be divisible by grpo.num_minibatches "
+                f"({self.grpo.num_minibatches})")
+        return self
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        keys.append(prefix + name)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys += _valid_keys(ann, prefix + name + ".")
+    return keys
+
+
+def _check_keys(raw: dict, model: type[BaseModel], prefix: str = "") -> None:
+    """Unknown keys name the closest valid key anywhere in the config."""
+    if model.model_config.get("extra") == "allow":
+        return
+    for key, value in raw.items():
+        if key not in model.model_fields:
+            everything = _valid_keys(RunConfig)
+            dotted = prefix + str(key)
+            close = difflib.get_close_matches(dotted, everything, n=1, cutoff=0.5) or \
+                difflib.get_close_matches(str(key), [k.rsplit(".", 1)[-1] for k in everything], n=1, cutoff=0.5)
+            hint = ""
+            if close:
+                match = close[0]
+                full = next((k for k in everything if k == match or k.endswith("." + match)), match)
+                hint = f" (did you mean '{full}'?)"
+            raise UserError(f"unknown config key '{dotted}'{hint}")
+        ann = model.model_fields[key].annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            if not isinstance(value, dict):
+                raise UserError(f"config key '{prefix}{key}' must be a mapping, got {type(value).__name__}")
+            _check_keys(value, ann, prefix + key + ".")
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply `key.sub=value` overrides; values are parsed as YAML scalars/lists."""
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"override '{item}' is not of the form key.sub=value")
+        key, text = item.split("=", 1)
+        try:
+            value = yaml.safe_load(text) if text != "" else ""
+        except yaml.YAMLError:
+            value = text
+        node = raw
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise UserError(f"override '{key}': '{part}' is not a section")
+            node = child
+        node[parts[-1]] = value
+    return raw
+
+
+def _format_validation(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    got = first.get("input")
+    shown = f" (got {got!r})" if where and not isinstance(got, dict) else ""
+    return f"invalid config: {where + ': ' if where else ''}{msg}{shown}"
+
+
+def build_config(raw: dict | None = None, overrides: list[str] | None = None) -> RunConfig:
+    raw = apply_overrides(dict(raw or {}), overrides or [])
+    _check_keys(raw, RunConfig)
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise UserError(_format_validation(err)) from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML config (only overrides of the defaults) and apply dotted overrides."""
+    raw: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise UserError(f"bad YAML in {path}{where}: {getattr(err, 'problem', None) or err}") from None
+        if not isinstance(raw, dict):
+            raise UserError(f"config {path} must be a YAML mapping at the top level")
+    return build_config(raw, overrides)

@@ -1,0 +1,63 @@
+"""Generator evaluation per split: greedy pass@1, sampled pass@k (unbiased) and maj@k."""
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from cotrain.eval.metrics import majority_answer, pass_at_k
+from cotrain.models.generate import generate
+from cotrain.models.prompts import decode_completions, encode_generator_prompts
+from cotrain.tasks.base import Problem, Task
+
+EVAL_SEED = 1234  # problem selection and sampling of evaluation do not depend on the run's seed
+
+
+def _complete(model, tokenizer, problems: list[Problem], repeats: int, *, greedy: bool, temperature: float,
+              max_new_tokens: int, batch_size: int, bf16: bool, generator: torch.Generator | None):
+    """Completions (texts, truncated flags, lengths) of each problem repeated `repeats` times, in order."""
+    prompts = [p for p in encode_generator_prompts(tokenizer, [q.question for q in problems]) for _ in range(repeats)]
+    texts, truncated, lengths = [], [], []
+    for i in range(0, len(prompts), batch_size):
+        r = generate(model, prompts[i:i + batch_size], max_new_tokens=max_new_tokens,
+                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=greedy,
+                     temperature=temperature, generator=generator, bf16=bf16)
+        texts += decode_completions(tokenizer, r.completion_ids, r.completion_mask)
+        truncated += r.truncated.tolist()
+        lengths += r.lengths.tolist()
+    return texts, truncated, lengths
+
+
+def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, split: str, *,
+                   n: int, k: int = 0, n_sampled: int = 0, temperature: float = 1.0, max_new_tokens: int = 48,
+                   batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
+    """Metrics of one split: pass@1 (greedy), pass@k and maj@k (k samples of n_sampled problems)."""
+    problems = task.problems(split, n, seed=EVAL_SEED)
+    texts, truncated, lengths = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
+                                          max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16,
+                                          generator=None)
+    correct = [task.grade(t, p) for t, p in zip(texts, problems)]
+    out = {"pass@1": sum(correct) / len(problems), "n": len(problems),
+           "len_mean": sum(lengths) / len(lengths), "truncated_ratio": sum(truncated) / len(truncated)}
+    if k >= 1 and n_sampled > 0:
+        sub = problems[:n_sampled]
+        gen = torch.Generator().manual_seed(EVAL_SEED)
+        texts, _, _ = _complete(model, tokenizer, sub, k, greedy=False, temperature=temperature,
+                                max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, generator=gen)
+        pk, maj, mean = [], [], []
+        for j, p in enumerate(sub):
+            group = texts[j * k:(j + 1) * k]
+            scores = [task.grade(t, p) for t in group]
+            answers = [task.extract_answer(t) for t in group]
+            pk.append(pass_at_k(k, int(sum(s >= 1.0 for s in scores)), k))
+            mean.append(sum(scores) / k)
+            voted = majority_answer(answers)
+            maj.append(scores[answers.index(voted)] if voted is not None else 0.0)
+        out[f"pass@{k}"] = sum(pk) / len(sub)
+        out[f"maj@{k}"] = sum(maj) / len(sub)
+        out["sampled_acc"] = sum(mean) / len(sub)
+    return out
+
+
+def evaluate_generator(model, tokenizer, task: Task, splits: list[str], **kwargs) -> dict[str, dict[str, float]]:
+    """{split: metrics} for the requested splits the task has."""
+    return {s: evaluate_split(model, tokenizer, task, s, **kwargs) for s in splits if s in task.splits}

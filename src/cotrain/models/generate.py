@@ -1,0 +1,156 @@
+"""Rollouts: batched sampling with a KV cache, and the training-time log-probs of completions.
+
+Shapes: N = number of sequences (B prompts x G samples), P = padded prompt length,
+T = completion length, V = vocabulary.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache, PreTrainedModel
+
+
+@dataclass
+class Rollout:
+    prompt_ids: torch.Tensor       # [N, P] left-padded
+    prompt_mask: torch.Tensor      # [N, P] 1 on real prompt tokens
+    completion_ids: torch.Tensor   # [N, T] right-padded with pad_id
+    completion_mask: torch.Tensor  # [N, T] 1 on generated tokens up to and including eos
+    logp: torch.Tensor             # [N, T] log-prob of each sampled token under the sampling distribution
+    truncated: torch.Tensor        # [N] True when no eos was produced within max_new_tokens
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(-1)  # [N]
+
+
+def autocast(enabled: bool, device: torch.device | str = "cpu"):
+    """bf16 autocast on CPU or GPU, or nothing."""
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ids [N, P] and mask [N, P]."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask logits [N, V] outside the smallest set of tokens whose probability reaches top_p."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    cum = sorted_logits.softmax(-1).cumsum(-1)
+    drop = cum - sorted_logits.softmax(-1) > top_p  # keep the token that crosses top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    bf16: bool = False,
+) -> Rollout:
+    """Sample one completion per prompt (repeat a prompt G times for a group).
+
+    Finished rows are dropped from the batch and the cache as they end, so a batch whose
+    completions differ in length costs what its live rows cost.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
+    n = len(prompts)
+    out_ids = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
+    out_logp = torch.zeros((n, max_new_tokens))
+    out_mask = torch.zeros((n, max_new_tokens), dtype=torch.long)
+    truncated = torch.ones(n, dtype=torch.bool)
+
+    attn = prompt_mask.to(device)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    live = torch.arange(n)  # rows of the full batch still generating, in cache order
+    with autocast(bf16, device):
+        logits = model(input_ids=prompt_ids.to(device), attention_mask=attn, position_ids=positions,
+                       past_key_values=cache, use_cache=True).logits[:, -1]
+    next_pos = positions[:, -1] + 1
+    for t in range(max_new_tokens):
+        logits = logits.float()
+        if greedy:
+            tokens = logits.argmax(-1)
+            logp_all = logits.log_softmax(-1)
+        else:
+            scaled = logits / temperature
+            if top_p < 1.0:
+                scaled = _top_p_filter(scaled, top_p)
+            logp_all = scaled.log_softmax(-1)
+            tokens = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+        out_ids[live, t] = tokens.cpu()
+        out_logp[live, t] = logp_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
+        out_mask[live, t] = 1
+        ended = (tokens == eos_id).cpu()
+        truncated[live[ended]] = False
+        if ended.all() or t == max_new_tokens - 1:
+            break
+        if ended.any():  # compact: keep only live rows in the batch and the cache
+            keep = (~ended).nonzero().squeeze(-1)
+            live, tokens, attn, next_pos = live[keep], tokens[keep.to(device)], attn[keep.to(device)], next_pos[keep.to(device)]
+            cache.batch_select_indices(keep.to(device))
+        attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
+        with autocast(bf16, device):
+            logits = model(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                           past_key_values=cache, use_cache=True).logits[:, -1]
+        next_pos = next_pos + 1
+    width = int(out_mask.sum(-1).max().item()) if n else 0
+    model.train(was_training)
+    return Rollout(prompt_ids, prompt_mask, out_ids[:, :width], out_mask[:, :width],
+                   out_logp[:, :width], truncated)
+
+
+def completion_logprobs(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    bf16: bool = False,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [N, T] of the completion tokens under `model` (differentiable), and optionally
+    the per-token entropy [N, T] of the model's distribution (not differentiated)."""
+    device = next(model.parameters()).device
+    ids = torch.cat([prompt_ids, completion_ids], dim=1).to(device)           # [N, P+T]
+    mask = torch.cat([prompt_mask, completion_mask], dim=1).to(device)        # [N, P+T]
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    p = prompt_ids.shape[1]
+    with autocast(bf16, device):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    logits = logits[:, p - 1:-1].float() / temperature                       # [N, T, V]
+    targets = completion_ids.to(device)
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # [N, T]
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = logits.softmax(-1)
+            entropy = -(probs * F.log_softmax(logits, -1)).sum(-1)
+    return logp, entropy

@@ -1,0 +1,28 @@
+"""Turning role prompts into token ids, with the tokenizer's chat template when it has one."""
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from cotrain.roles.generator import chat_messages, plain_prompt
+
+
+def uses_chat(tokenizer: PreTrainedTokenizerBase) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_generator_prompts(tokenizer: PreTrainedTokenizerBase, questions: list[str]) -> list[list[int]]:
+    """Token ids of each question's generator prompt (chat template when present, else plain)."""
+    if uses_chat(tokenizer):
+        return [tokenizer.apply_chat_template(chat_messages(q), add_generation_prompt=True, tokenize=True,
+                                              return_dict=False) for q in questions]
+    return [tokenizer(plain_prompt(q))["input_ids"] for q in questions]
+
+
+def encode_completion(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Token ids of a target completion followed by eos."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+def decode_completions(tokenizer: PreTrainedTokenizerBase, completion_ids, completion_mask) -> list[str]:
+    rows = [ids[mask.bool()].tolist() for ids, mask in zip(completion_ids, completion_mask)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)

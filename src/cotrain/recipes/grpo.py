@@ -1,0 +1,127 @@
+"""GRPO on one generator with outcome rewards: experiment 1.1 of the plan, the single-model baseline.
+
+Algorithm (Shao et al. 2024, with the DAPO / Dr. GRPO options of TRL):
+  each step draws B prompts, samples G completions of each (batch_size = B*G), rewards each
+  completion 1 if its final answer is right else 0, and computes group advantages
+  A_i = (r_i - mean_g) / (std_g + 1e-4). The policy loss is token-level PPO-clip,
+  l_t = -min(rho_t A, clip(rho_t, 1-eps, 1+eps_high) A) + beta * k3(pi, ref),
+  aggregated by `loss_type`. The batch is reused `num_iterations` times in `num_minibatches`
+  optimizer steps each; old log-probs come from a no-grad pass before the first update (or equal
+  the current ones when there is one pass and one minibatch, so rho = 1 as in TRL).
+Deviations: none from TRL's GRPOTrainer defaults except `beta = 0` (no reference model, as in
+DAPO and recent TRL) and advantages from exact binary rewards.
+
+Run:  cotrain run configs/smoke.yaml --out runs/smoke
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from cotrain.config import RunConfig
+from cotrain.eval.evaluate import evaluate_split
+from cotrain.models.generate import completion_logprobs, generate
+from cotrain.models.prompts import decode_completions, encode_generator_prompts
+from cotrain.rl.losses import grpo_loss, group_advantages, masked_mean
+from cotrain.runs.session import (build_task, derive_seed, device, eval_kwargs, finish, initial_model,
+                                  make_optimizer, maybe_checkpoint, open_session, sample_batch, training_pool)
+
+
+@torch.no_grad()
+def _logprobs_no_grad(model, ro, rows, cfg: RunConfig) -> torch.Tensor:
+    logp, _ = completion_logprobs(model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
+                                  ro.completion_mask[rows], temperature=cfg.grpo.temperature, bf16=cfg.train.bf16)
+    return logp
+
+
+def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
+    g = cfg.grpo
+    # ------------------------------------------------------------------ build
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    model, tokenizer = initial_model(cfg)
+    model.to(device()).train()
+    # The frozen reference is the starting model; none is built when beta == 0.
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if g.beta > 0 else None
+    pool = training_pool(task, cfg, cfg.train.n_problems)
+    opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
+    roles = {"generator": (model, tokenizer, opt, sched)}
+    session = open_session(cfg, run_dir, resume, roles, desc="grpo")
+    n_prompts = cfg.train.batch_size // g.group_size
+
+    for step in range(session.start_step + 1, cfg.train.steps + 1):
+        t0 = time.time()
+        # -------------------------------------------------------------- rollout
+        problems = sample_batch(pool, n_prompts, cfg.seed, step)
+        problems = [p for p in problems for _ in range(g.group_size)]          # [B*G], groups contiguous
+        prompts = encode_generator_prompts(tokenizer, [p.question for p in problems])
+        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "rollout", step))
+        ro = generate(model, prompts, max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id,
+                      pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p,
+                      generator=gen, bf16=cfg.train.bf16)
+        texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
+        t_gen = time.time() - t0
+
+        # -------------------------------------------------------------- reward and advantage
+        rewards = torch.tensor([task.grade(t, p) for t, p in zip(texts, problems)])  # [B*G]
+        advantages = group_advantages(rewards, g.group_size, g.scale_rewards)          # [B*G]
+        mask = ro.completion_mask.clone()                                              # [B*G, T]
+        if g.mask_truncated:
+            mask[ro.truncated] = 0
+
+        # -------------------------------------------------------------- loss and update
+        t1 = time.time()
+        n = len(problems)
+        minibatches = torch.arange(n).chunk(g.num_minibatches)
+        reuse = g.num_iterations > 1 or g.num_minibatches > 1
+        old_logp = torch.cat([_logprobs_no_grad(model, ro, mb, cfg) for mb in minibatches]) if reuse else None
+        ref_logp = torch.cat([_logprobs_no_grad(ref_model, ro, mb, cfg) for mb in minibatches]) if ref_model else None
+        stats: dict[str, list[float]] = {}
+        for _ in range(g.num_iterations):
+            for mb in minibatches:
+                logp, entropy = completion_logprobs(
+                    model, ro.prompt_ids[mb], ro.prompt_mask[mb], ro.completion_ids[mb], ro.completion_mask[mb],
+                    temperature=g.temperature, bf16=cfg.train.bf16, with_entropy=True)      # [b, T]
+                loss, st = grpo_loss(
+                    logp, old_logp[mb] if reuse else logp.detach(), advantages[mb], mask[mb],
+                    epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,
+                    ref_logp=ref_logp[mb] if ref_logp is not None else None, loss_type=g.loss_type)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
+                opt.step()
+                st.update(loss=loss.item(), grad_norm=grad_norm.item(),
+                          entropy=masked_mean(entropy, ro.completion_mask[mb]).item())
+                for k, v in st.items():
+                    stats.setdefault(k, []).append(v)
+        sched.step()
+        t_update = time.time() - t1
+
+        # -------------------------------------------------------------- log / eval / checkpoint
+        grouped = rewards.view(-1, g.group_size)
+        metrics = {
+            "gen/reward": rewards.mean().item(),
+            "gen/reward_std": grouped.std(dim=1).mean().item(),
+            "gen/frac_reward_zero_std": (grouped.std(dim=1) == 0).float().mean().item(),
+            "gen/acc": (rewards >= 1).float().mean().item(),
+            "gen/len_mean": ro.lengths.float().mean().item(),
+            "gen/len_clipped_ratio": ro.truncated.float().mean().item(),
+            "gen/lr": sched.get_last_lr()[0],
+            **{f"gen/{k}": sum(v) / len(v) for k, v in stats.items()},
+            "tokens/gen_generated": int(ro.completion_mask.sum()),
+            "tokens/gen_trained": int(mask.sum()) * g.num_iterations,
+            "time/gen": t_gen, "time/update": t_update, "time/step": time.time() - t0,
+        }
+        if cfg.eval.every and step % cfg.eval.every == 0:
+            split = cfg.eval.splits[0]
+            m = evaluate_split(model, tokenizer, task, split, n=cfg.eval.n_during, **{**eval_kwargs(cfg), "k": 0})
+            metrics[f"eval/{split}/pass@1"] = m["pass@1"]
+        if step % cfg.log.every == 0 or step == cfg.train.steps:
+            session.logger.log(step, metrics)
+        session.progress.update(step, {"reward": metrics["gen/reward"],
+                                       **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
+        maybe_checkpoint(cfg, session, step, roles)
+
+    return finish(cfg, session, model, tokenizer, task)

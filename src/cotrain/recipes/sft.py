@@ -1,0 +1,81 @@
+"""Supervised fine-tuning on reference solutions: the warm-up before RL.
+
+Algorithm: for a batch of training problems, maximise the log-likelihood of the task's reference
+solution (steps, final answer line, eos) given the generator prompt; the loss is the mean over
+completion tokens (prompt tokens are not trained). Works for from-scratch presets and pretrained
+models (their chat template wraps the prompt).
+
+Run:  cotrain run configs/sft.yaml --out runs/sft
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from cotrain.config import RunConfig
+from cotrain.models.generate import completion_logprobs, left_pad
+from cotrain.models.prompts import encode_completion, encode_generator_prompts
+from cotrain.rl.losses import masked_mean
+from cotrain.runs.session import (build_task, device, eval_kwargs, finish, initial_model, make_optimizer,
+                                  maybe_checkpoint, open_session, sample_batch, training_pool)
+from cotrain.eval.evaluate import evaluate_split
+from cotrain.errors import UserError
+
+
+def right_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists into ids [N, T] and mask [N, T]."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, :len(s)] = 1
+    return ids, mask
+
+
+def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
+    # ------------------------------------------------------------------ build
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    model, tokenizer = initial_model(cfg)
+    model.to(device()).train()
+    pool = [p for p in training_pool(task, cfg, cfg.train.n_problems) if p.solution]
+    if not pool:
+        raise UserError(f"task {cfg.task.name} has no reference solutions to fine-tune on")
+    opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
+    roles = {"generator": (model, tokenizer, opt, sched)}
+    session = open_session(cfg, run_dir, resume, roles, desc="sft")
+
+    # ------------------------------------------------------------------ loop
+    for step in range(session.start_step + 1, cfg.train.steps + 1):
+        t0 = time.time()
+        batch = sample_batch(pool, cfg.train.batch_size, cfg.seed, step)
+        prompt_ids, prompt_mask = left_pad(encode_generator_prompts(tokenizer, [p.question for p in batch]),
+                                           tokenizer.pad_token_id)
+        target_ids, target_mask = right_pad([encode_completion(tokenizer, p.solution) for p in batch],
+                                            tokenizer.pad_token_id)
+        logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask,
+                                      bf16=cfg.train.bf16)                           # [N, T]
+        loss = -masked_mean(logp, target_mask.to(logp.device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
+        opt.step()
+        sched.step()
+
+        # -------------------------------------------------------------- log / eval / checkpoint
+        metrics = {"gen/loss": loss.item(), "gen/grad_norm": grad_norm.item(), "gen/lr": sched.get_last_lr()[0],
+                   "tokens/gen_train": int(target_mask.sum()), "time/step": time.time() - t0}
+        if cfg.eval.every and step % cfg.eval.every == 0:
+            split = cfg.eval.splits[0]
+            m = evaluate_split(model, tokenizer, task, split, n=cfg.eval.n_during, **{**eval_kwargs(cfg), "k": 0})
+            metrics[f"eval/{split}/pass@1"] = m["pass@1"]
+            model.train()
+        if step % cfg.log.every == 0 or step == cfg.train.steps:
+            session.logger.log(step, metrics)
+        session.progress.update(step, {"loss": metrics["gen/loss"],
+                                       **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
+        maybe_checkpoint(cfg, session, step, roles)
+
+    return finish(cfg, session, model, tokenizer, task)

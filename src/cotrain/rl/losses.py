@@ -1,0 +1,106 @@
+"""GRPO-family advantages and losses as pure tensor functions.
+
+Shape letters: B prompts, G samples per prompt (group_size), N = B*G sequences, T completion tokens.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: str = "group",
+                     eps: float = 1e-4) -> torch.Tensor:
+    """A_i = (r_i - mean of its group) / (std + eps).
+
+    Args:
+        rewards: [N] with N = B*G, the G samples of a prompt contiguous.
+        group_size: G.
+        scale_rewards: "group" divides by the group's std, "batch" by the whole batch's std,
+            "none" does not divide (Dr. GRPO).
+    Returns:
+        advantages [N].
+    """
+    assert rewards.ndim == 1 and rewards.numel() % group_size == 0, "rewards must be [B*G]"
+    grouped = rewards.view(-1, group_size)                        # [B, G]
+    centered = grouped - grouped.mean(dim=1, keepdim=True)        # [B, G]
+    if scale_rewards == "group":
+        centered = centered / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        centered = centered / (rewards.std() + eps)
+    elif scale_rewards != "none":
+        raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
+    return centered.reshape(-1)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1 (>= 0). Shapes [N, T]."""
+    delta = ref_logp - logp
+    return torch.exp(delta) - delta - 1
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
+    """Reduce a per-token loss [N, T] to a scalar.
+
+    grpo: mean over sequences of each sequence's token mean; dr_grpo: token sum / (N * T);
+    dapo: token sum / number of tokens.
+    """
+    mask = mask.to(per_token.dtype)
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    if loss_type == "dr_grpo":
+        return (per_token * mask).sum() / (per_token.shape[0] * per_token.shape[1])
+    if loss_type == "dapo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+    raise ValueError(f"loss_type must be grpo, dr_grpo or dapo, got {loss_type!r}")
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    beta: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+    loss_type: str = "grpo",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level PPO-clip loss with an optional k3 KL penalty.
+
+    l_t = -min(rho_t * A, clip(rho_t, 1 - eps, 1 + eps_high) * A) + beta * KL_t,
+    rho_t = exp(logp - old_logp).
+
+    Args:
+        logp, old_logp: [N, T] log-probs of the taken tokens under the current and the sampling policy.
+        advantages: [N] (one per sequence) or [N, T] (per token, e.g. with process rewards).
+        mask: [N, T] 1 on completion tokens that count.
+        ref_logp: [N, T] under the frozen reference; required when beta > 0.
+    Returns:
+        (loss, stats) with stats kl, clip_ratio (low, high, region) as floats.
+    """
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    adv = advantages[:, None] if advantages.ndim == 1 else advantages      # [N, 1] or [N, T]
+    ratio = torch.exp(logp - old_logp)                                      # [N, T]
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)                      # [N, T]
+    kl = None
+    if beta > 0:
+        assert ref_logp is not None, "beta > 0 needs ref_logp"
+        kl = kl_k3(logp, ref_logp)
+        per_token = per_token + beta * kl
+    loss = aggregate(per_token, mask, loss_type)
+    with torch.no_grad():
+        low = (ratio < 1 - epsilon) & (adv < 0)     # clipped from below: the min took the clipped term
+        high = (ratio > 1 + eps_high) & (adv > 0)
+        stats = {
+            "clip_ratio/low": masked_mean(low.float(), mask).item(),
+            "clip_ratio/high": masked_mean(high.float(), mask).item(),
+            "clip_ratio": masked_mean((low | high).float(), mask).item(),
+            "kl": masked_mean(kl, mask).item() if kl is not None else 0.0,
+        }
+    return loss, stats

@@ -1,0 +1,237 @@
+"""The run directory: config.yaml, metrics.jsonl, eval.json, checkpoints/step_N/<role>/.
+
+`metrics.jsonl` is the source of truth; TensorBoard is an optional mirror behind a no-op stub.
+Checkpoints are written to a temporary directory and renamed into place, so a run killed at any
+moment leaves only complete checkpoints behind.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from cotrain.errors import UserError
+
+
+def prepare_run_dir(path: str | Path, resume: bool = False) -> Path:
+    """Create (or reopen, for resume) a run directory, failing with a clear message if unwritable."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write_test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"cannot write to run directory {path}: {err.strerror or err}") from None
+    if not resume and (path / "metrics.jsonl").exists() and (path / "checkpoints").exists():
+        raise UserError(f"run directory {path} already holds a run: pass --resume to continue it, or choose another --out")
+    return path
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def write_config(run_dir: Path, cfg_dict: dict) -> None:
+    tmp = run_dir / "config.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
+    os.replace(tmp, run_dir / "config.yaml")
+
+
+# ---------------------------------------------------------------- metrics
+
+
+class _NoTensorBoard:
+    def add_scalar(self, *args, **kwargs):
+        pass
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def _tensorboard(run_dir: Path, enabled: bool):
+    if not enabled:
+        return _NoTensorBoard()
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception:  # tensorboard not installed: metrics.jsonl stays the record
+        return _NoTensorBoard()
+    return SummaryWriter(log_dir=str(run_dir / "tb"))
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsLogger:
+    """Appends one JSON object per step to metrics.jsonl and mirrors it to TensorBoard."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None):
+        self.path = run_dir / "metrics.jsonl"
+        if resume_step is not None:
+            self._truncate_after(resume_step)
+        elif self.path.exists():
+            self.path.unlink()
+        self.tb = _tensorboard(run_dir, tensorboard)
+        self.start = time.time()
+
+    def _truncate_after(self, step: int) -> None:
+        """Keep only the lines of steps <= step (those a resumed run does not redo)."""
+        if not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+            if row.get("step", 0) <= step:
+                kept.append(line)
+        tmp = self.path.with_name("metrics.jsonl.tmp")
+        tmp.write_text("".join(k + "\n" for k in kept))
+        os.replace(tmp, self.path)
+
+    def log(self, step: int, metrics: dict) -> None:
+        row = {"step": step, "time": round(time.time() - self.start, 3)}
+        row.update({k: _clean(v) for k, v in metrics.items()})
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                self.tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self.tb.flush()
+        self.tb.close()
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(run_dir: Path, step: int, roles: dict, extra: dict, keep_last: int) -> Path:
+    """Write checkpoints/step_N/ atomically: each role's weights, tokenizer and optimizer, plus state.
+
+    Args:
+        roles: {role: (model, tokenizer, optimizer, scheduler)}.
+        extra: JSON-able or torch-saveable run state (step, RNG, ...).
+    """
+    from cotrain.models.build import save_model
+
+    root = run_dir / "checkpoints"
+    root.mkdir(exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f".tmp_step_{step}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    for role, (model, tokenizer, optimizer, scheduler) in roles.items():
+        save_model(model, tokenizer, tmp / role)
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                   tmp / role / "optim.pt")
+    torch.save({"step": step, "rng": rng_state(), **extra}, tmp / "state.pt")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    steps = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and (p / "state.pt").is_file()]
+    return sorted(steps, key=lambda p: int(p.name.split("_")[1]))
+
+
+def load_checkpoint_state(ckpt: Path, roles: dict) -> dict:
+    """Restore optimizer and scheduler of each role (weights are loaded by the caller) and the RNG."""
+    for role, (_, _, optimizer, scheduler) in roles.items():
+        state = torch.load(ckpt / role / "optim.pt", weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    state = torch.load(ckpt / "state.pt", weights_only=False)
+    set_rng_state(state["rng"])
+    return state
+
+
+def resolve_model_dir(path: str | Path, role: str = "generator") -> Path:
+    """A run dir, a checkpoint step dir, or a model dir -> the model dir of `role`.
+
+    A run dir resolves to its final model (`final/<role>`) or else its last checkpoint.
+    """
+    p = Path(path)
+    candidates = [p, p / role, p / "final" / role]
+    ckpts = list_checkpoints(p)
+    if ckpts:
+        candidates.append(ckpts[-1] / role)
+    for c in candidates:
+        if (c / "config.json").is_file():
+            return c
+    raise UserError(f"no model found at {path} (expected a model dir, a checkpoint dir or a run dir)")
+
+
+# ---------------------------------------------------------------- progress
+
+
+class Progress:
+    """A live progress line on stderr: step, rate, ETA and chosen metrics. Silent when disabled."""
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, desc: str = ""):
+        self.total, self.step, self.enabled, self.desc = total, start, enabled, desc
+        self.t0, self.s0 = time.time(), start
+        self.tty = sys.stderr.isatty()
+        self.last_print = 0.0
+
+    def update(self, step: int, metrics: dict | None = None) -> None:
+        self.step = step
+        if not self.enabled:
+            return
+        now = time.time()
+        done = step - self.s0
+        rate = (now - self.t0) / max(done, 1)
+        eta = rate * (self.total - step)
+        shown = " ".join(f"{k}={v:.3g}" for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
+        line = f"{self.desc} {step}/{self.total} [{_fmt(now - self.t0)}<{_fmt(eta)}, {rate:.2f}s/step] {shown}"
+        if self.tty:
+            sys.stderr.write("\r" + line[:200].ljust(120))
+            sys.stderr.flush()
+        elif now - self.last_print > 10 or step == self.total:  # logs: a line every 10 s
+            sys.stderr.write(line + "\n")
+            self.last_print = now
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            sys.stderr.write("\n")
+
+
+def _fmt(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"

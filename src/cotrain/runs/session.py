@@ -1,0 +1,139 @@
+"""Pieces every recipe composes: device, optimizer and schedule, the starting model, resume, sampling
+of training problems, the final evaluation. No training logic lives here."""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from cotrain.config import RunConfig, TrainConfig
+from cotrain.errors import UserError
+from cotrain.eval.evaluate import evaluate_generator
+from cotrain.models.build import build_model, load_model
+from cotrain.runs.rundir import (MetricsLogger, Progress, list_checkpoints, load_checkpoint_state,
+                                 prepare_run_dir, resolve_model_dir, save_checkpoint, write_config,
+                                 write_json_atomic)
+from cotrain.tasks import make_task
+from cotrain.tasks.base import Problem, Task
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from the run seed and any labels (step, role, ...): stable across processes."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, total_steps: int):
+    """AdamW with linear warm-up, then constant, cosine or linear decay (stepped once per step)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        frac = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+        if cfg.schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        return max(0.0, 1 - frac)
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def initial_model(cfg: RunConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model a run starts from: `init` (a run, checkpoint or model dir) or the model config."""
+    if cfg.init:
+        return load_model(resolve_model_dir(cfg.init))
+    return build_model(cfg.model, seed=cfg.seed)
+
+
+def build_task(cfg: RunConfig) -> Task:
+    return make_task(cfg.task.name, **cfg.task.options())
+
+
+def training_pool(task: Task, cfg: RunConfig, n: int | None) -> list[Problem]:
+    pool = task.problems("train", n, seed=cfg.seed)
+    if not pool:
+        raise UserError(f"task {cfg.task.name} has no training problems")
+    return pool
+
+
+def sample_batch(pool: list, size: int, seed: int, step: int) -> list:
+    """The step's problems: a deterministic function of (seed, step), so resume redraws the same."""
+    rng = np.random.default_rng(derive_seed(seed, "batch", step))
+    idx = rng.choice(len(pool), size=size, replace=len(pool) < size)
+    return [pool[i] for i in idx]
+
+
+@dataclass
+class Session:
+    """What a recipe's loop needs from the outside world."""
+
+    run_dir: Path
+    logger: MetricsLogger
+    progress: Progress
+    start_step: int
+
+
+def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict, desc: str) -> Session:
+    """Prepare the run directory; on resume, restore each role's weights, optimizer and the RNG.
+
+    Args:
+        roles: {role: (model, tokenizer, optimizer, scheduler)}; model weights are reloaded in place.
+    """
+    run_dir = prepare_run_dir(run_dir, resume=resume)
+    write_config(run_dir, cfg.to_dict())
+    start = 0
+    ckpts = list_checkpoints(run_dir) if resume else []
+    if ckpts:
+        ckpt = ckpts[-1]
+        for role, (model, _, _, _) in roles.items():
+            saved, _ = load_model(ckpt / role)
+            model.load_state_dict(saved.state_dict())
+        start = load_checkpoint_state(ckpt, roles)["step"]
+    logger = MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None)
+    progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress, desc=desc)
+    return Session(run_dir, logger, progress, start)
+
+
+def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict) -> None:
+    last = step == cfg.train.steps
+    if last or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
+        save_checkpoint(session.run_dir, step, roles, {}, cfg.checkpoint.keep_last)
+
+
+def eval_kwargs(cfg: RunConfig) -> dict:
+    e = cfg.eval
+    return dict(k=e.k, n_sampled=e.n_sampled, temperature=e.temperature,
+                max_new_tokens=e.max_new_tokens or cfg.grpo.max_new_tokens, batch_size=e.batch_size,
+                bf16=cfg.train.bf16)
+
+
+def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task) -> dict:
+    """Save the final model, evaluate every split, write eval.json and plots."""
+    from cotrain.models.build import save_model
+
+    session.progress.close()
+    final = session.run_dir / "final" / "generator"
+    save_model(model, tokenizer, final)
+    results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
+                                               **eval_kwargs(cfg))}
+    row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
+    session.logger.log(cfg.train.steps, row)
+    session.logger.close()
+    write_json_atomic(session.run_dir / "eval.json", results)
+    try:
+        from cotrain.analysis.plot import plot_runs
+        plot_runs([session.run_dir])
+    except Exception as err:  # a plot must never cost a finished run
+        print(f"warning: plotting failed: {err}")
+    return results

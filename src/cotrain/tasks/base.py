@@ -1,0 +1,40 @@
+"""The common interface of every problem source: problems with a ground truth, an exact grader,
+and the step structure of a reference solution."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a task.
+
+    Attributes:
+        question: the problem text, as the task writes it (no role prompt around it).
+        answer: the ground-truth final answer, as a string.
+        steps: the steps of a reference solution (may be empty when the source has none).
+        solution: the full reference completion a model should learn to write (steps and final
+            answer line, in the task's output format), or None when the source has none.
+        meta: anything else the source carries (difficulty, subject, ...).
+    """
+
+    question: str
+    answer: str
+    steps: tuple[str, ...] = ()
+    solution: str | None = None
+    meta: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+class Task(Protocol):
+    name: str
+    splits: tuple[str, ...]
+
+    def problems(self, split: str, n: int | None = None, seed: int = 0) -> list[Problem]:
+        """Deterministic list of problems of `split` (at most n; all when n is None)."""
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The final answer a completion states, or None. Never raises."""
+
+    def grade(self, completion: str, problem: Problem) -> float:
+        """1.0 when the completion's final answer equals the ground truth, else 0.0. Never raises."""
