@@ -20,7 +20,7 @@ demo: install
 	$(BIN)/cotrain demo $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 bench: install
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"

@@ -82,7 +82,7 @@ class GrpoConfig(_Section):
 class EvalConfig(_Section):
     splits: list[str] = Field(["test", "ood"], description="Splits to evaluate at the end (missing ones are skipped).")
     n: int = Field(500, ge=1, description="Problems per split for greedy pass@1.")
-    k: int = Field(8, ge=1, description="Samples per problem for pass@k and maj@k (0 disables).")
+    k: int = Field(8, ge=0, description="Samples per problem for pass@k and maj@k (0 disables).")
     n_sampled: int = Field(200, ge=0, description="Problems per split for the sampled metrics.")
     temperature: float = Field(1.0, gt=0, description="Temperature of the sampled metrics.")
     max_new_tokens: int | None = Field(None, ge=1, description="Completion limit (default: grpo.max_new_tokens).")
@@ -152,7 +152,9 @@ def _check_keys(raw: dict, model: type[BaseModel], prefix: str = "") -> None:
         if key not in model.model_fields:
             everything = _valid_keys(RunConfig)
             dotted = prefix + str(key)
-            close = difflib.get_close_matches(dotted, everything, n=1, cutoff=0.5) or \
+            # the same name in another section first, then the closest dotted key, then the closest leaf
+            same_leaf = [k for k in everything if k.rsplit(".", 1)[-1] == str(key)]
+            close = same_leaf or difflib.get_close_matches(dotted, everything, n=1, cutoff=0.6) or \
                 difflib.get_close_matches(str(key), [k.rsplit(".", 1)[-1] for k in everything], n=1, cutoff=0.5)
             hint = ""
             if close:

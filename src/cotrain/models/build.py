@@ -11,6 +11,8 @@ from tokenizers import Tokenizer, decoders, models, processors
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
                           PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast)
 
+from transformers.utils import logging as hf_logging
+
 from cotrain.config import ModelConfig
 from cotrain.errors import UserError
 
@@ -21,6 +23,8 @@ PRESETS = {
     "small": (256, 6, 8, 1024),
     "base": (512, 8, 8, 2048),
 }
+
+hf_logging.disable_progress_bar()  # our own progress line is the only one on stderr
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 # Printable ASCII and newline: enough for every role's text (verdicts, proposed questions, rg tasks).

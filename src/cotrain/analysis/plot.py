@@ -1,0 +1,424 @@
+"""Plots of training runs: learning curves from `metrics.jsonl`, eval bars from `eval.json`.
+
+    from pathlib import Path
+    from cotrain.analysis.plot import plot_runs
+    plot_runs([Path("runs/sft"), Path("runs/grpo")])   # -> [runs/curves.png, runs/eval.png]
+
+A run directory holds `metrics.jsonl` (one JSON object per step, keys `ROLE/metric`, `eval/SPLIT/metric`,
+`time/...`, `tokens/...`; any key may be missing or null on any line; the last line may be cut off by a
+killed run), optionally `eval.json` (`{"generator": {"test": {"pass@1": 0.61, ...}, ...}}`) and
+`config.yaml` (its top-level `recipe:` goes into the run's label).
+
+Figures are drawn on `matplotlib.figure.Figure` + the Agg canvas, never through pyplot, so plotting
+leaves no global state behind (style settings live in an `rc_context`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+log = logging.getLogger(__name__)
+
+# Metric namespaces that are not roles: they never go into a per-role panel.
+_NOT_ROLES = ("eval", "time", "tokens")
+# Line style per role; roles not listed here take the extras in order.
+_ROLE_STYLES = {"gen": "-", "ver": "--", "prop": "-.", "judge": ":"}
+_EXTRA_STYLES = [(0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2, 2, 2))]
+_SPLIT_MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+_EVAL_METRIC = re.compile(r"^(pass|maj)@(\d+)$")
+
+_STYLE = {
+    "font.size": 11,
+    "axes.titlesize": 13,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 11,
+    "xtick.labelsize": 9.5,
+    "ytick.labelsize": 9.5,
+    "legend.fontsize": 10,
+    "figure.titlesize": 15,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.6,
+}
+
+
+@dataclass(frozen=True)
+class _Panel:
+    """One panel of curves.png: every training key `ROLE/{metric}`."""
+
+    title: str
+    ylabel: str
+    metric: str
+    unit_interval: bool = False  # values are fractions: pin the y-axis to [0, 1] when they fit
+
+
+_PANELS = [
+    _Panel("Reward", "mean reward", "reward"),
+    _Panel("Accuracy", "accuracy", "acc", unit_interval=True),
+    _Panel("KL to reference", "KL", "kl"),
+    _Panel("Entropy", "entropy per token", "entropy"),
+    _Panel("Completion length", "mean length", "len_mean"),
+    _Panel("Loss", "loss", "loss"),
+]
+_EVAL_PANEL = _Panel("Eval pass@1", "pass@1", "pass@1", unit_interval=True)
+
+
+@dataclass(eq=False)  # compared (and hashed) by identity
+class _Run:
+    dir: Path
+    label: str
+    color: tuple
+    series: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (steps, values), finite values only
+    evals: dict[tuple[str, str], float] = field(default_factory=dict)  # (split, metric) -> value
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_metrics(run_dir: Path) -> list[dict]:
+    """Read `run_dir/metrics.jsonl`, skipping every line that is not a JSON object.
+
+    A run killed mid-write leaves a truncated last line; a crash can leave junk in the middle. Both are
+    dropped rather than failing the whole read. Values are returned as written (None/NaN included).
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        One dict per good line, in file order; [] when the file is missing or empty.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        log.warning("no metrics.jsonl in %s", run_dir)
+        return []
+    rows, skipped = [], 0
+    # errors="replace": a line cut inside a multi-byte character must not make the whole file unreadable.
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                skipped += 1
+    if skipped:
+        log.info("skipped %d unparseable line(s) in %s", skipped, path)
+    return rows
+
+
+def load_eval(run_dir: Path) -> dict[tuple[str, str], float]:
+    """Read `run_dir/eval.json` into {(split, metric): value} for metrics `pass@k` and `maj@k`.
+
+    The split is the path of keys down to the metric, minus a leading "generator" (so
+    `{"generator": {"test": {"pass@1": 0.6}}}` gives `{("test", "pass@1"): 0.6}`, and other models
+    give e.g. `("verifier/test", "pass@1")`). A missing or unreadable file gives {}.
+    """
+    path = Path(run_dir) / "eval.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except ValueError:
+        log.warning("could not parse %s; no eval bars for this run", path)
+        return {}
+    out: dict[tuple[str, str], float] = {}
+
+    def walk(obj, keys: tuple[str, ...]) -> None:
+        if not isinstance(obj, dict):
+            return
+        for k, v in obj.items():
+            if isinstance(v, dict):
+                walk(v, keys + (str(k),))
+            elif _EVAL_METRIC.match(str(k)) and _is_number(v):
+                split = keys[1:] if keys[:1] == ("generator",) else keys
+                out[("/".join(split) or "all", str(k))] = float(v)
+
+    walk(data, ())
+    return out
+
+
+def read_recipe(run_dir: Path) -> str | None:
+    """The top-level `recipe:` of `run_dir/config.yaml`, or None.
+
+    Read with a line match, not a YAML parser, so a config that does not parse (or a missing PyYAML)
+    still yields the recipe name.
+    """
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return None
+    m = re.search(r"^recipe:[ \t]*[\"']?([^\"'#\s]+)", path.read_text(encoding="utf-8", errors="replace"),
+                  re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _series(rows: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{key: (steps, values)} over all numeric, finite values, sorted by step.
+
+    A row without a numeric "step" is placed at its 1-based line number. When a step appears twice (a
+    resumed run re-logs the steps after its last checkpoint), the later line wins.
+    """
+    by_key: dict[str, dict[float, float]] = {}
+    for i, row in enumerate(rows, start=1):
+        step = row.get("step")
+        x = float(step) if _is_number(step) else float(i)
+        for key, v in row.items():
+            if key != "step" and _is_number(v):
+                by_key.setdefault(key, {})[x] = float(v)
+    out = {}
+    for key, points in by_key.items():
+        steps = np.array(sorted(points))
+        out[key] = (steps, np.array([points[s] for s in steps]))
+    return out
+
+
+def _run_names(run_dirs: list[Path]) -> list[str]:
+    """Directory names; `parent/name` where two runs share a name; the full path if that still clashes."""
+    dirs = [d.resolve() for d in run_dirs]
+    base = [d.name for d in dirs]
+    names = [f"{d.parent.name}/{d.name}" if base.count(d.name) > 1 else d.name for d in dirs]
+    for i, d in enumerate(dirs):
+        if names.count(names[i]) > 1:
+            names[i] = str(d)
+    return names
+
+
+def _default_out_dir(run_dirs: list[Path]) -> Path:
+    if len(run_dirs) == 1:
+        return run_dirs[0]
+    return Path(os.path.commonpath([d.resolve() for d in run_dirs]))
+
+
+# --------------------------------------------------------------------------- smoothing
+
+
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Centered moving average over `window` points; near the ends it averages the points that exist.
+
+    Centered rather than trailing so a smoothed curve does not lag the raw one. window <= 1 returns
+    the values unchanged.
+    """
+    y = np.asarray(values, dtype=float)
+    if window <= 1 or len(y) == 0:
+        return y
+    left, right = (window - 1) // 2, window // 2
+    csum = np.concatenate([[0.0], np.cumsum(y)])
+    i = np.arange(len(y))
+    lo, hi = np.maximum(i - left, 0), np.minimum(i + right + 1, len(y))
+    return (csum[hi] - csum[lo]) / (hi - lo)
+
+
+def _window(n_points: int, smooth: int) -> int:
+    """smooth=0: automatic, about n/20 once a curve has more than 50 points; otherwise `smooth` itself."""
+    if smooth:
+        return smooth
+    return max(2, round(n_points / 20)) if n_points > 50 else 1
+
+
+# --------------------------------------------------------------------------- plotting
+
+
+def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0) -> list[Path]:
+    """Plot the learning curves (and eval results, where present) of one or more runs.
+
+    Writes `curves.png` (one panel per metric family any run logged: reward, accuracy, eval pass@1,
+    KL, entropy, completion length, loss; x = step; a colour per run, a line style per role) and, when
+    some run has an `eval.json`, `eval.png` (bars of pass@k / maj@k per split per run). A run with no
+    usable metrics is logged as a warning and left out; the others are still plotted.
+
+    Args:
+        run_dirs: run directories, each holding `metrics.jsonl` (and optionally `eval.json`, `config.yaml`).
+        out_dir: where to write the PNGs; default the run's directory for one run, else the runs'
+            common parent. Created if missing.
+        smooth: moving-average window in steps. 0 = automatic (about steps/20 for curves with more than
+            50 points, none below that); 1 = no smoothing. A smoothed curve is drawn solid over its
+            faint raw line.
+
+    Returns:
+        The paths of the PNGs written.
+
+    Raises:
+        ValueError: no run directories, a negative `smooth`, or no run with anything to plot.
+    """
+    run_dirs = [Path(d) for d in run_dirs]
+    if not run_dirs:
+        raise ValueError("plot_runs needs at least one run directory")
+    if smooth < 0:
+        raise ValueError(f"smooth must be >= 0 (0 = automatic, 1 = off), got {smooth}")
+    out_dir = Path(out_dir) if out_dir is not None else _default_out_dir(run_dirs)
+
+    palette = matplotlib.colormaps["tab10" if len(run_dirs) <= 10 else "tab20"].colors
+    runs = []
+    for i, (run_dir, name) in enumerate(zip(run_dirs, _run_names(run_dirs))):
+        recipe = read_recipe(run_dir)
+        label = f"{name} ({recipe})" if recipe else name
+        run = _Run(run_dir, label, palette[i % len(palette)], _series(load_metrics(run_dir)), load_eval(run_dir))
+        if not run.series:
+            log.warning("no metrics to plot in %s; leaving it out of curves.png", run_dir)
+        runs.append(run)
+
+    panels = [p for p in _PANELS if any(_role_keys(run, p.metric) for run in runs)]
+    if any(_eval_keys(run) for run in runs):
+        panels.insert(min(2, len(panels)), _EVAL_PANEL)  # next to training accuracy
+    has_eval = any(run.evals for run in runs)
+    if not panels and not has_eval:
+        raise ValueError(f"no metrics to plot in: {', '.join(str(d) for d in run_dirs)}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with matplotlib.rc_context(_STYLE):
+        if panels:
+            written.append(_save(_curves_figure(runs, panels, smooth), out_dir / "curves.png"))
+        if has_eval:
+            written.append(_save(_eval_figure(runs), out_dir / "eval.png"))
+    return written
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)  # attaches the Agg canvas to the figure
+    fig.savefig(path, dpi=130, facecolor="white")
+    return path
+
+
+def _role_keys(run: _Run, metric: str) -> list[str]:
+    """The run's keys `ROLE/metric`, ordered gen, ver, prop, judge, then other roles alphabetically."""
+    keys = [k for k in run.series if k.count("/") == 1 and k.split("/")[1] == metric
+            and k.split("/")[0] not in _NOT_ROLES]
+    order = list(_ROLE_STYLES)
+    return sorted(keys, key=lambda k: (order.index(k.split("/")[0]) if k.split("/")[0] in order else len(order), k))
+
+
+def _eval_keys(run: _Run) -> list[str]:
+    return [k for k in run.series if k.startswith("eval/") and k.count("/") == 2 and k.endswith("/pass@1")]
+
+
+def _grid(n: int) -> tuple[int, int]:
+    ncols = {1: 1, 2: 2, 3: 3, 4: 2, 5: 3, 6: 3}.get(n, 4)
+    return math.ceil(n / ncols), ncols
+
+
+def _curves_figure(runs: list[_Run], panels: list[_Panel], smooth: int) -> Figure:
+    nrows, ncols = _grid(len(panels))
+    fig = Figure(figsize=(4.8 * ncols, 3.5 * nrows + 0.9), layout="constrained")
+    role_styles = dict(_ROLE_STYLES)
+    extra = iter(_EXTRA_STYLES * 10)
+    used_runs, used_roles, windows = [], [], set()
+    first = None
+    for i, panel in enumerate(panels):
+        ax = fig.add_subplot(nrows, ncols, i + 1, sharex=first)
+        first = first or ax
+        ax.set_title(panel.title)
+        ax.set_ylabel(panel.ylabel)
+        if i + ncols >= len(panels):  # bottom panel of its column
+            ax.set_xlabel("step")
+        values = []
+        if panel is _EVAL_PANEL:
+            splits = list(dict.fromkeys(k.split("/")[1] for run in runs for k in _eval_keys(run)))
+            for run in runs:
+                for key in _eval_keys(run):
+                    j = splits.index(key.split("/")[1])
+                    x, y = run.series[key]
+                    ax.plot(x, y, color=run.color, marker=_SPLIT_MARKERS[j % len(_SPLIT_MARKERS)],
+                            linestyle=_EXTRA_STYLES[j - 1] if j else "-", linewidth=1.4, markersize=5)
+                    values.append(y)
+                    used_runs.append(run)
+            ax.legend(handles=[Line2D([], [], color="0.35", marker=_SPLIT_MARKERS[j % len(_SPLIT_MARKERS)],
+                                      linestyle=_EXTRA_STYLES[j - 1] if j else "-", label=split)
+                               for j, split in enumerate(splits)], title="split", fontsize=9, title_fontsize=9)
+        else:
+            for run in runs:
+                for key in _role_keys(run, panel.metric):
+                    role = key.split("/")[0]
+                    if role not in role_styles:
+                        role_styles[role] = next(extra)
+                    x, y = run.series[key]
+                    window = _window(len(y), smooth)
+                    style = dict(color=run.color, linestyle=role_styles[role])
+                    if window > 1:
+                        windows.add(window)
+                        # Raw line solid whatever the role: faint dotted lines only add noise.
+                        ax.plot(x, y, color=run.color, alpha=0.2, linewidth=0.9)
+                        ax.plot(x, moving_average(y, window), linewidth=1.9, **style)
+                    else:
+                        ax.plot(x, y, linewidth=1.6, marker="o" if len(y) <= 5 else None, markersize=4, **style)
+                    values.append(y)
+                    used_runs.append(run)
+                    used_roles.append(role)
+        if panel.unit_interval and values:
+            all_values = np.concatenate(values)
+            if all_values.min() >= 0 and all_values.max() <= 1:
+                ax.set_ylim(-0.03, 1.03)
+
+    # One legend for the whole figure: colour = run, line style = role.
+    handles = [Line2D([], [], color=run.color, linewidth=2.5, label=run.label)
+               for run in dict.fromkeys(used_runs)]
+    handles += [Line2D([], [], color="0.35", linestyle=role_styles[role], linewidth=1.8, label=f"role: {role}")
+                for role in dict.fromkeys(used_roles)]
+    # Below the panels: an outside legend at the top would collide with the suptitle.
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 8), frameon=False)
+    title = "Training curves"
+    if windows:
+        w = "–".join(str(w) for w in sorted({min(windows), max(windows)}))
+        title += f"   (centred moving average over {w} points; faint: raw)"
+    fig.suptitle(title)
+    return fig
+
+
+def _eval_metric_order(metric: str) -> tuple[bool, int]:
+    kind, k = _EVAL_METRIC.match(metric).groups()
+    return kind != "pass", int(k)
+
+
+def _eval_figure(runs: list[_Run]) -> Figure:
+    runs = [run for run in runs if run.evals]
+    metrics = sorted({m for run in runs for _, m in run.evals}, key=_eval_metric_order)
+    splits = list(dict.fromkeys(s for run in runs for s, _ in run.evals))
+    ncols = min(len(metrics), 3)
+    nrows = math.ceil(len(metrics) / ncols)
+    width = max(4.5, 1.0 + len(splits) * (0.6 + 0.45 * len(runs)))
+    fig = Figure(figsize=(width * ncols, 3.8 * nrows + 0.8), layout="constrained")
+    bar_w = 0.8 / len(runs)
+    for i, metric in enumerate(metrics):
+        ax = fig.add_subplot(nrows, ncols, i + 1)
+        ax.set_title(metric)
+        ax.grid(axis="x", visible=False)
+        if i % ncols == 0:
+            ax.set_ylabel("fraction of problems")
+        values = []
+        for r, run in enumerate(runs):
+            xs = [j for j, s in enumerate(splits) if (s, metric) in run.evals]
+            ys = [run.evals[(splits[j], metric)] for j in xs]
+            if not xs:
+                continue
+            bars = ax.bar(np.array(xs) + (r - (len(runs) - 1) / 2) * bar_w, ys, width=bar_w * 0.92,
+                          color=run.color, label=run.label)
+            ax.bar_label(bars, fmt="%.2f", padding=2, fontsize=9, rotation=90 if len(runs) > 3 else 0)
+            values += ys
+        ax.set_xticks(range(len(splits)), splits, fontsize=11)
+        if values and min(values) >= 0 and max(values) <= 1:
+            ax.set_ylim(0, 1.12)  # headroom for the value labels
+    fig.legend(handles=[Line2D([], [], color=run.color, linewidth=8, label=run.label) for run in runs],
+               loc="outside lower center", ncols=min(len(runs), 5), frameon=False)
+    fig.suptitle("Evaluation")
+    return fig

@@ -1,0 +1,52 @@
+"""Problem sources: `make_task(name, **options)` builds one by name.
+
+    arith             the tiny world's procedural integer chains (tasks/arith.py)
+    gsm8k, math500    the data files of shared/data (tasks/mathdata.py)
+    jsonl             any JSONL file of question/answer rows (tasks/mathdata.py)
+    rg:<generator>    a reasoning-gym generator, e.g. rg:leg_counting (tasks/rg.py)
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+
+from cotrain.errors import UserError
+from cotrain.tasks.arith import ArithTask
+from cotrain.tasks.base import Problem, Task
+from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
+
+__all__ = ["TASKS", "Problem", "Task", "make_task"]
+
+TASKS = {"arith": ArithTask, "gsm8k": Gsm8kTask, "math500": Math500Task, "jsonl": JsonlTask}
+"""The tasks by name, besides the `rg:<generator>` family."""
+
+
+def make_task(name: str, **options) -> Task:
+    """The task called `name`, built with `options` as its constructor's keyword arguments.
+
+    Args:
+        name: "arith", "gsm8k", "math500", "jsonl" or "rg:<reasoning-gym generator>".
+        **options: the task's knobs (e.g. n_ops=(2, 3) for arith, data_dir=... for gsm8k).
+
+    Returns:
+        The task.
+
+    Raises:
+        UserError: unknown name or option (the message names the closest valid one), or bad values.
+    """
+    if name.startswith("rg:"):
+        from cotrain.tasks.rg import ReasoningGymTask  # imports reasoning_gym lazily, inside
+
+        return ReasoningGymTask(name[len("rg:"):], **options)
+    if name not in TASKS:
+        valid = [*TASKS, "rg:<generator>"]
+        closest = difflib.get_close_matches(name, valid, n=1, cutoff=0.0)[0]
+        raise UserError(f"unknown task {name!r}; did you mean {closest!r}? (valid: {', '.join(valid)})")
+    cls = TASKS[name]
+    accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
+    for option in options:
+        if option not in accepted:
+            closest = difflib.get_close_matches(option, accepted, n=1, cutoff=0.0)
+            hint = f"; did you mean {closest[0]!r}?" if closest else " (it takes none)"
+            raise UserError(f"{name}: unknown option {option!r}{hint} (valid: {', '.join(accepted) or 'none'})")
+    return cls(**options)

@@ -1,0 +1,193 @@
+"""Equality of two math answers: exact numbers fast, anything else through math-verify in a worker
+process that this module bounds in time.
+
+math-verify's own timeouts use `signal.alarm`, which works only on the main thread and cannot stop
+C code; sympy can also hang for minutes on a short input (`9^{9^{9^{...}}}`). So every comparison
+that is not a plain number runs in one long-lived child process; when an answer does not come back
+in time the child is killed and the next call starts a fresh one.
+
+The child is a plain `python -c` that loads THIS file by path (so it imports neither `cotrain` nor
+the caller's `__main__`, unlike multiprocessing's spawn; and it is not a fork of a process that may
+hold torch's threads). This file therefore imports only the standard library at the top.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+
+STARTUP_TIMEOUT = 120.0
+"""Seconds a new worker may take to import math-verify and answer its first comparison."""
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+# Written around numbers without changing them: thousands separators (`10,\!080`), currency, spaces.
+_NUMBER_NOISE = re.compile(r"\\!|\\,|\\\$|[$,\s]")
+
+_BOOTSTRAP = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('_cotrain_grading_worker', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(module)\n"
+    "module._serve()\n"
+)
+
+_lock = threading.Lock()
+_worker: subprocess.Popen | None = None
+
+
+def plain_number(text: str) -> Fraction | None:
+    """The exact value of `text` when it is a plain decimal number, else None.
+
+    Args:
+        text: e.g. "1,000", "$18", "-0.50", "10,\\!080".
+
+    Returns:
+        The value as a Fraction (so "0.5" equals "0.50" exactly), or None for anything else
+        ("1/2", "\\frac{1}{2}", "3x", "").
+    """
+    cleaned = _NUMBER_NOISE.sub("", text)
+    # Numbers too long for int() (Python caps them at 4300 digits) are no plain numbers.
+    if len(cleaned) > 1000 or not _PLAIN_NUMBER.fullmatch(cleaned):
+        return None
+    return Fraction(cleaned)
+
+
+def math_equal(pred: str, gold: str, timeout: float = 5.0) -> bool:
+    """Whether the answer `pred` equals the ground truth `gold`; no pair of strings makes it raise.
+
+    Plain numbers on both sides are compared exactly without math-verify; anything else goes to
+    math-verify (`parse` of each side wrapped in `\\boxed{}`, then `verify(gold, pred)`) in the
+    worker process, bounded by `timeout` seconds.
+
+    Args:
+        pred: the extracted answer of a completion (LaTeX or plain text, no `\\boxed{}` around it).
+        gold: the ground-truth answer.
+        timeout: seconds the comparison may take; past that it counts as not equal.
+
+    Returns:
+        True when equal; False when not, on timeout, or on any error.
+
+    Raises:
+        UserError: when math-verify is not installed (and the strings are not both plain numbers).
+    """
+    try:
+        if not isinstance(pred, str) or not isinstance(gold, str) or not pred.strip() or not gold.strip():
+            return False
+        pred_value, gold_value = plain_number(pred), plain_number(gold)
+        if pred_value is not None and gold_value is not None:
+            return pred_value == gold_value
+        return _verify_in_worker(pred, gold, timeout)
+    except Exception as error:
+        # Imported here, not at the top: the worker loads this file without `cotrain` on its path.
+        from cotrain.errors import UserError
+
+        if isinstance(error, UserError):
+            raise  # math-verify is missing: a setup problem, not a wrong answer
+        return False
+
+
+def shutdown_worker() -> None:
+    """Kill the math-verify worker if one runs (the next `math_equal` starts a new one)."""
+    global _worker
+    with _lock:
+        if _worker is not None:
+            _kill(_worker)
+            _worker = None
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+def _verify_in_worker(pred: str, gold: str, timeout: float) -> bool:
+    global _worker
+    with _lock:
+        if _worker is None or _worker.poll() is not None:
+            _worker = _start_worker()
+        answer = _ask(_worker, pred, gold, timeout)
+        if answer is None:
+            # Timed out or died: the child may still be computing, so it cannot answer the next call.
+            _kill(_worker)
+            _worker = None
+            return False
+        return answer
+
+
+def _start_worker() -> subprocess.Popen:
+    if importlib.util.find_spec("math_verify") is None:
+        from cotrain.errors import UserError
+
+        raise UserError("math-verify is not installed: pip install math-verify (needed to grade math answers)")
+    proc = subprocess.Popen([sys.executable, "-c", _BOOTSTRAP, __file__], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    # Warm-up: importing sympy takes seconds, which must not count against the first call's timeout.
+    if _ask(proc, "1", "1", STARTUP_TIMEOUT) is not True:
+        _kill(proc)
+        raise RuntimeError("the math-verify worker process did not start (see its stderr above)")
+    return proc
+
+
+def _ask(proc: subprocess.Popen, pred: str, gold: str, timeout: float) -> bool | None:
+    """The worker's verdict on one pair, or None when it did not answer within `timeout` seconds."""
+    try:
+        # json.dumps escapes non-ASCII (even lone surrogates), so one request is always one ASCII line.
+        proc.stdin.write((json.dumps([pred, gold]) + "\n").encode("ascii"))
+        proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([proc.stdout], [], [], remaining)
+            if ready:
+                break
+        line = proc.stdout.readline()
+    except (OSError, ValueError):
+        return None
+    if line not in (b"1\n", b"0\n"):
+        return None  # EOF: the worker died (e.g. a C stack overflow on deeply nested input)
+    return line == b"1\n"
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+    except Exception:
+        pass
+
+
+@atexit.register
+def _shutdown_at_exit() -> None:
+    if _worker is not None:
+        _kill(_worker)
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _serve() -> None:
+    """The worker's loop: one JSON `[pred, gold]` per stdin line, one `1`/`0` per stdout line."""
+    import logging
+
+    from math_verify import parse, verify
+
+    # Timeouts are handled by the parent; silence math-verify's warning that they are off.
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
+    for line in sys.stdin:
+        try:
+            pred, gold = json.loads(line)
+            gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=None)
+            pred_parsed = parse("\\boxed{" + pred + "}", parsing_timeout=None)
+            equal = bool(gold_parsed) and bool(pred_parsed) and verify(gold_parsed, pred_parsed, timeout_seconds=None)
+        except Exception:
+            equal = False
+        sys.stdout.write("1\n" if equal else "0\n")
+        sys.stdout.flush()

@@ -1,0 +1,314 @@
+"""Math word problems from files: GSM8K, MATH-500, and any JSONL file of question/answer rows.
+
+The files live in a data directory (see `default_data_dir`); they are read on the first
+`problems()` call, so a task that only grades needs no file. `problems(split, n, seed)` shuffles the
+split's rows with random.Random(seed) and takes the first n: deterministic, and a shorter list is a
+prefix of a longer one with the same seed.
+
+Grading extracts the completion's final answer (per task, below) and compares it with
+`grading.math_equal`: exact for plain numbers, math-verify for anything else.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+from cotrain.errors import UserError
+from cotrain.tasks.base import Problem
+from cotrain.tasks.grading import math_equal
+
+# A number, with thousands separators; the minus counts only where it cannot be a subtraction ("12-5" ends in 5).
+_NUMBER = re.compile(r"(?:(?<![\w)\].])-)?[0-9][0-9,]*(?:\.[0-9]+)?")
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER_MARK = re.compile(r"####|answer\s*:", re.IGNORECASE)
+# A backslash escapes the next character (\{ is a literal brace, \\ a line break); braces otherwise.
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+# ----------------------------------------------------------------------------- answer extraction
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last `\\boxed{...}` (or `\\fbox{...}`) whose braces balance, or None.
+
+    Escaped braces `\\{`, `\\}` (LaTeX set braces) do not count. Linear in len(text).
+
+    Args:
+        text: e.g. "so $\\boxed{\\frac{1}{2}}$."
+
+    Returns:
+        e.g. "\\frac{1}{2}".
+    """
+    if not isinstance(text, str):
+        return None
+    closing: dict[int, int] = {}  # position of "{" -> position of its "}"
+    stack = []
+    for token in _BRACE_TOKEN.finditer(text):
+        if token.group() == "{":
+            stack.append(token.start())
+        elif token.group() == "}" and stack:
+            closing[stack.pop()] = token.start()
+    for match in reversed(list(_BOXED.finditer(text))):
+        open_at = match.end() - 1
+        if open_at in closing:
+            return text[open_at + 1: closing[open_at]].strip()
+    return None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in `text` with thousands separators removed ("1,000" -> "1000"), or None."""
+    if not isinstance(text, str):
+        return None
+    matches = _NUMBER.findall(text)
+    return _clean_number(matches[-1]) if matches else None
+
+
+def extract_gsm8k_answer(completion: str) -> str | None:
+    """A GSM8K completion's final answer, or None. Never raises.
+
+    In order: the first number after the last `####`; else the content of the last `\\boxed{}`;
+    else the last number of the text.
+    """
+    if not isinstance(completion, str):
+        return None
+    mark = completion.rfind("####")
+    if mark != -1:
+        match = _NUMBER.search(completion, mark + 4)
+        if match:
+            return _clean_number(match.group())
+    boxed = last_boxed(completion)
+    if boxed:
+        return boxed
+    return last_number(completion)
+
+
+def extract_math_answer(completion: str) -> str | None:
+    """A MATH-style completion's final answer, or None. Never raises.
+
+    In order: the content of the last `\\boxed{}` with balanced braces; else the rest of the line
+    after the last `####` or `answer:` (any case), without surrounding `$` and a final period.
+    """
+    if not isinstance(completion, str):
+        return None
+    boxed = last_boxed(completion)
+    if boxed:
+        return boxed
+    marks = list(_ANSWER_MARK.finditer(completion))
+    if not marks:
+        return None
+    rest = completion[marks[-1].end():].split("\n", 1)[0].strip().rstrip(".").strip().strip("$").strip()
+    return rest or None
+
+
+def _clean_number(text: str) -> str:
+    return text.replace(",", "")
+
+
+# ----------------------------------------------------------------------------- data files
+
+
+def default_data_dir() -> Path:
+    """Where the data files are looked for when a task is given no `data_dir`.
+
+    Returns:
+        $COTRAIN_DATA_DIR when set; else ../shared/data from the current directory when it exists;
+        else ../shared/data from the repository root (two levels above the package directory).
+    """
+    if os.environ.get("COTRAIN_DATA_DIR"):
+        return Path(os.environ["COTRAIN_DATA_DIR"])
+    from_cwd = Path.cwd().parent / "shared" / "data"
+    if from_cwd.is_dir():
+        return from_cwd
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+
+def read_jsonl(path: Path, task: str) -> list[dict]:
+    """The rows of a JSONL file (blank lines skipped).
+
+    Args:
+        path: the file.
+        task: the task's name, for error messages.
+
+    Raises:
+        UserError: the file is missing, or a line is not a JSON object.
+    """
+    if not path.is_file():
+        raise UserError(f"{task}: data file not found: {path} (set task.data_dir or COTRAIN_DATA_DIR)")
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UserError(f"{task}: {path}:{line_number}: not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{task}: {path}:{line_number}: expected a JSON object, got {type(row).__name__}")
+            rows.append({**row, "_line": line_number})
+    return rows
+
+
+def take_shuffled(items: list, n: int | None, seed: int) -> list:
+    """The first n of `items` shuffled by random.Random(seed) (all when n is None); a pure function."""
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    return [items[i] for i in order[:n]]
+
+
+class _FileTask:
+    """Shared loading of a file-backed task: subclasses set name and _files and define _to_problem."""
+
+    name: str
+    _files: dict[str, Path]
+
+    def __init__(self):
+        self._cache: dict[str, list[Problem]] = {}
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self._files)
+
+    def problems(self, split: str, n: int | None = None, seed: int = 0) -> list[Problem]:
+        """The first n problems of `split` after a shuffle by `seed` (see the module docstring)."""
+        if split not in self._files:
+            raise UserError(f"{self.name}: unknown split {split!r} (valid: {', '.join(self._files)})")
+        if split not in self._cache:
+            path = self._files[split]
+            self._cache[split] = [self._to_problem(row, path) for row in read_jsonl(path, self.name)]
+        return take_shuffled(self._cache[split], n, seed)
+
+    def _to_problem(self, row: dict, path: Path) -> Problem:
+        raise NotImplementedError
+
+
+def _field(row: dict, key: str, path: Path, task: str) -> str:
+    if key not in row:
+        raise UserError(f"{task}: {path}:{row['_line']}: missing field {key!r} (set the task's *_field options)")
+    return str(row[key])
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+class Gsm8kTask(_FileTask):
+    """GSM8K: splits `train` and `test` (gsm8k_train.jsonl, gsm8k_test.jsonl).
+
+    steps: the reference answer's lines before `####` with the `<<calc>>` annotations removed;
+    solution: the steps and a final line `#### N`; answer: N without thousands separators;
+    meta: {"line": line number in the file}.
+
+    Args:
+        data_dir: directory of the files (default: `default_data_dir()`).
+    """
+
+    name = "gsm8k"
+
+    def __init__(self, data_dir: str | Path | None = None):
+        super().__init__()
+        root = Path(data_dir) if data_dir is not None else default_data_dir()
+        self._files = {"train": root / "gsm8k_train.jsonl", "test": root / "gsm8k_test.jsonl"}
+
+    def _to_problem(self, row: dict, path: Path) -> Problem:
+        reference = _field(row, "answer", path, self.name)
+        body, mark, final = reference.rpartition("####")
+        if not mark:
+            raise UserError(f"{self.name}: {path}:{row['_line']}: answer has no '#### N' line")
+        steps = tuple(line.strip() for line in _CALCULATOR.sub("", body).split("\n") if line.strip())
+        answer = _clean_number(final.strip())
+        return Problem(question=_field(row, "question", path, self.name), answer=answer, steps=steps,
+                       solution="\n".join([*steps, f"#### {answer}"]), meta={"line": row["_line"]})
+
+    def extract_answer(self, completion: str) -> str | None:
+        """See `extract_gsm8k_answer`: after the last `####`, else the last `\\boxed{}`, else the last number."""
+        return extract_gsm8k_answer(completion)
+
+    def grade(self, completion: str, problem: Problem) -> float:
+        """1.0 when the extracted answer equals the problem's (exact for numbers), else 0.0. Never raises."""
+        predicted = extract_gsm8k_answer(completion)
+        return float(predicted is not None and math_equal(predicted, problem.answer))
+
+
+class Math500Task(_FileTask):
+    """MATH-500: the single split `test` (math500_test.jsonl).
+
+    answer: the row's `answer`; solution: the row's `solution` (ends in a `\\boxed{}` answer); steps:
+    none; meta: {"subject", "level", "unique_id" when present, "line"}.
+
+    Args:
+        data_dir: directory of the file (default: `default_data_dir()`).
+    """
+
+    name = "math500"
+
+    def __init__(self, data_dir: str | Path | None = None):
+        super().__init__()
+        root = Path(data_dir) if data_dir is not None else default_data_dir()
+        self._files = {"test": root / "math500_test.jsonl"}
+
+    def _to_problem(self, row: dict, path: Path) -> Problem:
+        meta = {key: row[key] for key in ("subject", "level", "unique_id") if key in row}
+        return Problem(question=_field(row, "problem", path, self.name), answer=_field(row, "answer", path, self.name),
+                       solution=_field(row, "solution", path, self.name), meta={**meta, "line": row["_line"]})
+
+    def extract_answer(self, completion: str) -> str | None:
+        """See `extract_math_answer`: the last `\\boxed{}`, else the text after `####`/`answer:`."""
+        return extract_math_answer(completion)
+
+    def grade(self, completion: str, problem: Problem) -> float:
+        """1.0 when math-verify finds the extracted answer equal to the problem's, else 0.0. Never raises."""
+        predicted = extract_math_answer(completion)
+        return float(predicted is not None and math_equal(predicted, problem.answer))
+
+
+class JsonlTask(_FileTask):
+    """Any JSONL file (or one per split) of rows with a question and an answer.
+
+    Args:
+        path: shorthand for splits={"train": path}.
+        splits: split name -> file, e.g. {"train": "a.jsonl", "test": "b.jsonl"}.
+        question_field: the row field holding the question.
+        answer_field: the row field holding the ground-truth answer.
+        solution_field: the row field holding a reference solution, if any.
+        name: the task's name in messages and logs.
+
+    Problems carry the row's other fields in `meta` (with "line": the line number). Grading extracts
+    like MATH (last `\\boxed{}`, else after `####`/`answer:`), falling back to the last number, then
+    compares with `math_equal`.
+    """
+
+    def __init__(self, path: str | Path | None = None, splits: dict[str, str | Path] | None = None,
+                 question_field: str = "question", answer_field: str = "answer",
+                 solution_field: str | None = None, name: str = "jsonl"):
+        super().__init__()
+        self.name = name
+        if (path is None) == (splits is None):
+            raise UserError(f"{name}: give exactly one of task.path (one file, the train split) "
+                            "or task.splits ({split: file})")
+        files = {"train": path} if path is not None else dict(splits)
+        if not files:
+            raise UserError(f"{name}: task.splits is empty; map at least one split to a file")
+        self._files = {split: Path(file) for split, file in files.items()}
+        self.question_field, self.answer_field, self.solution_field = question_field, answer_field, solution_field
+
+    def _to_problem(self, row: dict, path: Path) -> Problem:
+        used = {self.question_field, self.answer_field, self.solution_field, "_line"}
+        return Problem(
+            question=_field(row, self.question_field, path, self.name),
+            answer=_field(row, self.answer_field, path, self.name),
+            solution=_field(row, self.solution_field, path, self.name) if self.solution_field else None,
+            meta={**{k: v for k, v in row.items() if k not in used}, "line": row["_line"]},
+        )
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The last `\\boxed{}`, else the text after the last `####`/`answer:`, else the last number."""
+        return extract_math_answer(completion) or last_number(completion)
+
+    def grade(self, completion: str, problem: Problem) -> float:
+        """1.0 when the extracted answer equals the problem's (`math_equal`), else 0.0. Never raises."""
+        predicted = self.extract_answer(completion)
+        return float(predicted is not None and math_equal(predicted, problem.answer))

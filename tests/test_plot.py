@@ -1,0 +1,145 @@
+"""Tests of cotrain.analysis.plot on synthetic run directories (no training needed)."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cotrain.analysis.plot import _run_names, load_eval, load_metrics, moving_average, plot_runs, read_recipe
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+N_STEPS = 60
+
+
+def _row(step: int, rng: np.random.Generator, roles=("gen", "ver")) -> dict:
+    row = {"step": step, "time": 12.3 * step, "time/step": 12.3, "tokens/gen": 4000 + step}
+    for role in roles:
+        acc = min(1.0, 0.2 + step / N_STEPS * 0.6 + rng.normal(0, 0.05))
+        row |= {f"{role}/reward": acc, f"{role}/acc": acc, f"{role}/kl": 0.001 * step,
+                f"{role}/entropy": 1.5 - step / N_STEPS, f"{role}/len_mean": 30 + step / 2,
+                f"{role}/loss": 0.05 * rng.normal()}
+    if step % 10 == 0:
+        row |= {"eval/test/pass@1": 0.3 + step / 200, "eval/ood/pass@1": 0.2 + step / 300}
+    return row
+
+
+def _write_run(run_dir: Path, rows: list[dict], tail: str = "", recipe: str | None = None) -> Path:
+    run_dir.mkdir(parents=True)
+    text = "".join(json.dumps(r) + "\n" for r in rows) + tail
+    (run_dir / "metrics.jsonl").write_text(text)
+    if recipe:
+        (run_dir / "config.yaml").write_text(f"recipe: {recipe}\nlr: [1e-5\n")  # not valid YAML on purpose
+    return run_dir
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> list[Path]:
+    """Run a: 60 full steps plus a truncated 61st line, an eval.json. Run b: 60 steps, gen role only,
+    some keys missing or null, a NaN, no eval.json."""
+    rng = np.random.default_rng(0)
+    rows_a = [_row(s, rng) for s in range(1, N_STEPS + 1)]
+    truncated = json.dumps(_row(N_STEPS + 1, rng))[:40]  # a run killed mid-write
+    a = _write_run(tmp_path / "a", rows_a, tail=truncated, recipe="grpo")
+    (a / "eval.json").write_text(json.dumps({
+        "generator": {"test": {"pass@1": 0.61, "pass@8": 0.8, "maj@8": 0.7}, "ood": {"pass@1": 0.42}}}))
+
+    rows_b = [_row(s, rng, roles=("gen",)) for s in range(1, N_STEPS + 1)]
+    for row in rows_b[::7]:
+        del row["gen/kl"]
+    rows_b[3]["gen/reward"] = None
+    rows_b[4]["gen/acc"] = float("nan")  # json.dumps writes NaN, which json.loads reads back
+    b = _write_run(tmp_path / "b", rows_b, recipe="sft")
+    return [a, b]
+
+
+def _assert_png(path: Path) -> None:
+    assert path.is_file(), path
+    assert path.read_bytes()[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    assert path.stat().st_size > 20_000, f"{path} is suspiciously small ({path.stat().st_size} bytes)"
+
+
+def test_load_metrics_skips_truncated_line(two_runs):
+    rows = load_metrics(two_runs[0])
+    assert len(rows) == N_STEPS  # the 61st, truncated line is dropped
+    assert rows[-1]["step"] == N_STEPS
+
+
+def test_load_metrics_skips_junk_and_missing_file(tmp_path):
+    run = _write_run(tmp_path / "r", [{"step": 1, "gen/acc": 0.5}], tail='[1, 2]\nnot json\n\n{"step": 2}\n')
+    assert [r["step"] for r in load_metrics(run)] == [1, 2]  # a JSON list is not a row either
+    assert load_metrics(tmp_path / "missing") == []
+
+
+def test_plot_runs_writes_pngs(two_runs, tmp_path):
+    paths = plot_runs(two_runs)
+    assert paths == [tmp_path / "curves.png", tmp_path / "eval.png"]  # default: the common parent
+    for path in paths:
+        _assert_png(path)
+
+
+def test_plot_runs_single_run_defaults_to_its_dir_and_skips_eval_without_eval_json(two_runs, tmp_path):
+    paths = plot_runs([two_runs[1]], smooth=1)
+    assert paths == [two_runs[1] / "curves.png"]
+    _assert_png(paths[0])
+
+
+def test_plot_runs_explicit_out_dir_and_window(two_runs, tmp_path):
+    out = tmp_path / "plots" / "here"
+    paths = plot_runs(two_runs, out_dir=out, smooth=5)
+    assert {p.name for p in paths} == {"curves.png", "eval.png"}
+    assert all(p.parent == out for p in paths)
+
+
+def test_plot_runs_empty_run_is_skipped_with_warning(two_runs, tmp_path, caplog):
+    empty = _write_run(tmp_path / "empty", [])
+    with caplog.at_level(logging.WARNING, logger="cotrain.analysis.plot"):
+        paths = plot_runs([*two_runs, empty])
+    _assert_png(paths[0])
+    assert any("empty" in r.getMessage() for r in caplog.records)
+
+
+def test_plot_runs_raises_when_no_run_has_data(tmp_path):
+    empty = _write_run(tmp_path / "empty", [], tail='{"step": 1, "gen/acc"')  # only a truncated line
+    only_time = _write_run(tmp_path / "only_time", [{"step": 1, "time": 1.0, "gen/acc": None}])
+    with pytest.raises(ValueError, match="no metrics to plot in: .*empty.*only_time"):
+        plot_runs([empty, only_time, tmp_path / "missing"])
+    with pytest.raises(ValueError, match="at least one"):
+        plot_runs([])
+    with pytest.raises(ValueError, match="smooth"):
+        plot_runs([empty], smooth=-1)
+
+
+def test_moving_average_by_hand():
+    """window 3 is centered (one point each side); at the ends it averages the points that exist:
+    [1, 2, 3, 4, 10] -> [(1+2)/2, (1+2+3)/3, (2+3+4)/3, (3+4+10)/3, (4+10)/2] = [1.5, 2, 3, 17/3, 7].
+    window 2 takes the point and the next one: [1.5, 2.5, 3.5, 7, 10]."""
+    y = np.array([1, 2, 3, 4, 10])
+    np.testing.assert_allclose(moving_average(y, 3), [1.5, 2, 3, 17 / 3, 7])
+    np.testing.assert_allclose(moving_average(y, 2), [1.5, 2.5, 3.5, 7, 10])
+    np.testing.assert_allclose(moving_average(y, 1), y)
+    np.testing.assert_allclose(moving_average(y, 100), [4] * 5)  # window wider than the data: the mean
+
+
+def test_run_names_disambiguate_shared_basenames(tmp_path):
+    dirs = [tmp_path / "sft" / "seed0", tmp_path / "grpo" / "seed0", tmp_path / "grpo" / "other"]
+    assert _run_names(dirs) == ["sft/seed0", "grpo/seed0", "other"]
+
+
+def test_read_recipe_without_parsing_yaml(two_runs, tmp_path):
+    assert read_recipe(two_runs[0]) == "grpo"  # its config.yaml is not valid YAML
+    assert read_recipe(tmp_path) is None
+    (tmp_path / "config.yaml").write_text("model:\n  recipe: nested\nrecipe: 'sft'  # comment\n")
+    assert read_recipe(tmp_path) == "sft"
+
+
+def test_load_eval_flattens_splits(two_runs, tmp_path):
+    evals = load_eval(two_runs[0])
+    assert evals[("test", "pass@1")] == 0.61 and evals[("ood", "pass@1")] == 0.42
+    assert set(evals) == {("test", "pass@1"), ("test", "pass@8"), ("test", "maj@8"), ("ood", "pass@1")}
+    (tmp_path / "eval.json").write_text('{"generator": {"test": {"pass@1": 0.5, "n": 100')  # truncated
+    assert load_eval(tmp_path) == {}
+    assert not any(math.isnan(v) for v in evals.values())

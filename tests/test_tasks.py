@@ -1,0 +1,512 @@
+"""Tests of cotrain.tasks: the arith formats worked out by hand, split disjointness, determinism,
+corrupted chains and their step labels, answer extraction tables, the file tasks on shared/data,
+the time-bounded math-verify grader, reasoning-gym, and fuzzing that no string makes a grader raise."""
+import json
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cotrain.errors import UserError
+from cotrain.tasks import Problem, make_task
+from cotrain.tasks.arith import (ArithTask, corrupt_solution, extract_answer, is_test_question, parse_question,
+                                 parse_step, parse_steps, solve, step_labels)
+from cotrain.tasks.grading import math_equal, plain_number
+from cotrain.tasks.mathdata import (Gsm8kTask, JsonlTask, Math500Task, default_data_dir, extract_gsm8k_answer,
+                                    extract_math_answer, last_boxed)
+
+DATA = default_data_dir()
+
+
+def needs_data(filename: str):
+    return pytest.mark.skipif(not (DATA / filename).is_file(), reason=f"shared data file absent: {DATA / filename}")
+
+
+# ----------------------------------------------------------------------------- arith: formats
+
+
+@pytest.mark.parametrize("question, solution", [
+    ("12+34-5", "12+34=46\n46-5=41\n#41"),  # the format's reference example
+    ("5-12+3", "5-12=-7\n-7+3=-4\n#-4"),  # a negative result becomes the next left operand
+    ("2+3*4", "2+3=5\n5*4=20\n#20"),  # left to right: (2+3)*4, no precedence
+    ("7-7", "7-7=0\n#0"),  # one operation, zero result
+    ("3-10*2", "3-10=-7\n-7*2=-14\n#-14"),  # negative times positive
+    ("9*0+1", "9*0=0\n0+1=1\n#1"),  # multiplication by zero
+])
+def test_arith_solution_format(question, solution):
+    steps, answer = solve(question)
+    assert "\n".join([*steps, f"#{answer}"]) == solution
+    assert extract_answer(solution) == answer
+
+
+def test_arith_generated_problem_is_pinned():
+    # Golden: the first train problem of seed 0 with default knobs; 7+20=27, 27-78=-51 by hand.
+    problem = ArithTask().problems("train", 1, seed=0)[0]
+    assert problem == Problem(question="7+20-78", answer="-51", steps=("7+20=27", "27-78=-51"),
+                              solution="7+20=27\n27-78=-51\n#-51")
+    assert problem.meta == {"n_ops": 2}
+
+
+def test_arith_knobs_bound_the_draw():
+    task = ArithTask(n_ops=(1, 3), max_operand=20, ops="+-*", max_mul_operand=4, ood_n_ops=(5, 6), ood_max_operand=50)
+    for split, (lo, hi), max_operand in [("train", (1, 3), 20), ("test", (1, 3), 20), ("ood", (5, 6), 50)]:
+        for problem in task.problems(split, 300, seed=1):
+            first, operations = parse_question(problem.question)
+            assert 1 <= first <= max_operand
+            assert lo <= len(operations) <= hi and len(problem.steps) == len(operations)
+            for op, right in operations:
+                assert 0 <= right <= (4 if op == "*" else max_operand), problem.question
+            assert problem.solution == "\n".join(problem.steps) + f"\n#{problem.answer}"
+            assert all(step_labels(problem.question, problem.steps))
+
+
+# ----------------------------------------------------------------------------- arith: splits, determinism
+
+
+def test_arith_train_and_test_are_disjoint():
+    task = ArithTask()
+    train = {p.question for p in task.problems("train", 5000, seed=0)}
+    test = {p.question for p in task.problems("test", 2000, seed=0)}
+    assert len(train) == 5000 and len(test) == 2000  # distinct within a list
+    assert not train & test
+    assert all(is_test_question(q) for q in test) and not any(is_test_question(q) for q in train)
+
+
+def test_arith_is_deterministic_with_the_prefix_property():
+    task = ArithTask()
+    for split in task.splits:
+        long = task.problems(split, 300, seed=7)
+        assert long == ArithTask().problems(split, 300, seed=7)
+        assert task.problems(split, 120, seed=7) == long[:120]
+        assert task.problems(split, 300, seed=8) != long
+
+
+def test_arith_generation_is_fast():
+    start = time.perf_counter()
+    problems = ArithTask().problems("train", 10_000, seed=0)
+    assert time.perf_counter() - start < 1.0
+    assert len({p.question for p in problems}) == 10_000
+
+
+def test_arith_ood_uses_the_ood_knobs():
+    assert {len(p.steps) for p in ArithTask().problems("ood", 200)} == {4}
+
+
+@pytest.mark.parametrize("options", [
+    {"n_ops": (3, 2)},  # empty range
+    {"n_ops": (0, 2)},  # zero operations
+    {"n_ops": 3},  # not a pair
+    {"max_operand": 0},  # no operand to draw
+    {"ops": "+/"},  # unknown operation
+    {"ops": ""},  # no operation
+    {"ops": "++"},  # repeated operation
+    {"ops": "*", "max_mul_operand": 99, "n_ops": (9, 9)},  # results beyond 12 digits
+    {"max_mul_operand": -1},  # negative bound
+])
+def test_arith_rejects_bad_knobs(options):
+    with pytest.raises(UserError):
+        ArithTask(**options)
+
+
+def test_arith_problems_errors():
+    with pytest.raises(UserError, match="split"):
+        ArithTask().problems("validation", 5)
+    with pytest.raises(UserError, match="procedural"):
+        ArithTask().problems("train")
+    with pytest.raises(UserError, match="distinct"):
+        ArithTask(n_ops=(1, 1), max_operand=2).problems("train", 100)  # only 2*3*2 = 12 questions exist
+    assert [p.question for p in ArithTask(n_ops=[1, 1]).problems("train", 2)]  # lists from config files work
+
+
+# ----------------------------------------------------------------------------- arith: extraction, grading
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("12+34=46\n46-5=41\n#41", "41"),  # a reference solution
+    ("5-12=-7\n#-7", "-7"),  # negative answer
+    ("#41\n", "41"),  # trailing newline
+    ("  #41  ", "41"),  # whitespace around the line
+    ("# 41", "41"),  # whitespace after '#'
+    ("#41\n#42", "42"),  # the last '#' line wins
+    ("#41\n#x", None),  # the last '#' line is malformed: no fallback to the earlier one
+    ("#41\nmore text", "41"),  # lines without '#' after it do not matter
+    ("#007", "7"),  # canonical form
+    ("#-0", "0"),  # canonical zero
+    ("#123456789012", "123456789012"),  # 12 digits: the maximum
+    ("#1234567890123", None),  # 13 digits
+    ("", None),  # empty
+    ("41", None),  # no '#' line
+    ("#", None),  # nothing after '#'
+    ("#4 1", None),  # space inside the number
+    ("#+5", None),  # explicit plus sign
+    ("##41", None),  # two '#'
+    ("#41.0", None),  # not an integer
+    ("#\u0664\u0661", None),  # Arabic-Indic digits are not ASCII digits
+    ("the answer is #41", None),  # '#' not at the start of the line
+    ("#--4", None),  # double minus
+])
+def test_arith_extract_answer(completion, expected):
+    assert extract_answer(completion) == expected
+
+
+@pytest.mark.parametrize("completion, score", [
+    ("12+34=46\n46-5=41\n#41", 1.0),  # the reference solution
+    ("#41", 1.0),  # the answer alone
+    ("#041", 1.0),  # integers compare exactly, not strings
+    ("12+34=46\n46-5=42\n#42", 0.0),  # wrong answer
+    ("12+34=46\n46-5=41", 0.0),  # no answer line
+])
+def test_arith_grade(completion, score):
+    problem = Problem(question="12+34-5", answer="41", steps=("12+34=46", "46-5=41"))
+    assert ArithTask().grade(completion, problem) == score
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("12+34=46\n46-5=41\n#41", [("12+34=46", 46), ("46-5=41", 41)]),  # a reference solution
+    ("12+34=46\n\n  46-5=41  \n", [("12+34=46", 46), ("46-5=41", 41)]),  # blank lines, spaces, no answer line
+    ("12+34=46\nnoise\n#41\n1+1=2", [("12+34=46", 46), ("noise", None)]),  # stops at the first '#' line
+    ("#41", []),  # no steps
+    ("1+=2", [("1+=2", None)]),  # malformed step keeps its text
+    ("-7+3=-4", [("-7+3=-4", -4)]),  # negative left operand and result
+])
+def test_arith_parse_steps(text, expected):
+    assert parse_steps(text) == expected
+
+
+# ----------------------------------------------------------------------------- arith: process labels
+
+
+@pytest.mark.parametrize("steps, labels", [
+    (("12+34=46", "46-5=41", "41+2=43"), [True, True, True]),  # the reference solution
+    (("12+34=47", "47-5=42", "42+2=44"), [False, True, True]),  # wrong at step 0, carried forward
+    (("12+34=46", "46-5=40", "40+2=42"), [True, False, True]),  # wrong at step 1, carried forward
+    (("12+34=46", "46-5=41", "41+2=44"), [True, True, False]),  # wrong at the last step
+    (("12+34=46", "45-5=40", "40+2=42"), [True, False, True]),  # left operand is not the previous result
+    (("12+34=46", "46-6=40", "40+2=42"), [True, False, True]),  # right operand differs from the question
+    (("12+34=46", "46+5=51", "51+2=53"), [True, False, True]),  # operation differs from the question
+    (("13+34=47", "47-5=42", "42+2=44"), [False, True, True]),  # first left operand is not the question's
+    (("12+34=46", "garbage", "41+2=43"), [True, False, False]),  # after an unparsable step nothing can be checked
+    (("12+34=46", "46-5=41", "41+2=43", "43+0=43"), [True, True, True, False]),  # a step beyond the question
+    (("12 + 34 = 46",), [False]),  # spaces are not the format
+    ((), []),  # no steps
+])
+def test_arith_step_labels(steps, labels):
+    assert step_labels("12+34-5+2", steps) == labels
+
+
+@pytest.mark.parametrize("ops", ["+-", "+-*"])
+def test_arith_corrupt_carries_one_error_forward(ops):
+    task = ArithTask(n_ops=(1, 4), ops=ops)
+    rng = random.Random(0)
+    for problem in task.problems("train", 200, seed=3):
+        k = rng.randrange(len(problem.steps))
+        steps, solution = task.corrupt(problem, k, rng)
+        labels = task.step_labels(problem, steps)
+        assert labels == [i != k for i in range(len(steps))], (problem.question, k, steps)
+        assert steps[:k] == problem.steps[:k]
+        assert parse_steps(solution) == [(s, int(s.rsplit("=", 1)[1])) for s in steps]
+        assert extract_answer(solution) == steps[-1].rsplit("=", 1)[1]  # '#' line is the last (wrong) result
+        if "*" not in ops:  # only a later *0 can erase the error
+            assert task.grade(solution, problem) == 0.0
+
+
+def test_arith_corrupt_rejects_bad_step_index():
+    with pytest.raises(ValueError):
+        corrupt_solution("12+34-5", 2, random.Random(0))
+
+
+# ----------------------------------------------------------------------------- math extraction
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("so $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}"),  # nested braces
+    ("\\boxed{1} then \\boxed{2}", "2"),  # the last one
+    ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),  # escaped set braces do not count
+    ("\\boxed{1} then \\boxed{2", "1"),  # the last is unclosed: the last balanced one
+    ("\\fbox{7}", "7"),  # fbox
+    ("\\boxed {x}", "x"),  # space before the brace
+    ("boxed{3}", None),  # no backslash
+    ("", None),  # empty
+    ("\\boxed{" * 3000, None),  # many unclosed: linear time, None
+])
+def test_last_boxed(text, expected):
+    assert last_boxed(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("48/2 = 24 clips\n#### 72", "72"),  # the GSM8K format
+    ("#### 1,600", "1600"),  # thousands separator
+    ("#### -3 apples", "-3"),  # negative, trailing words
+    ("#### 3.5\n#### 4", "4"),  # the last '####'
+    ("The answer is \\boxed{18}.", "18"),  # boxed
+    ("12 - 5 = 7 cookies", "7"),  # the last number
+    ("12-5", "5"),  # a minus after a digit is subtraction
+    ("it is -5.", "-5"),  # a standalone minus is a sign
+    ("####\nthe answer is 9", "9"),  # nothing after '####': later rules
+    ("no numbers here", None),  # nothing
+])
+def test_extract_gsm8k_answer(text, expected):
+    assert extract_gsm8k_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Thus $\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$.", "\\left( 3, \\frac{\\pi}{2} \\right)"),  # MATH style
+    ("Final answer: $x^2$.", "x^2"),  # 'answer:' marker, '$' and period removed
+    ("work\n#### 12\nbye", "12"),  # '####' marker, rest of the line only
+    ("ANSWER: 5", "5"),  # any case
+    ("answer:", None),  # empty after the marker
+    ("42", None),  # bare numbers are not MATH answers
+])
+def test_extract_math_answer(text, expected):
+    assert extract_math_answer(text) == expected
+
+
+# ----------------------------------------------------------------------------- math_equal
+
+
+@pytest.mark.parametrize("pred, gold, equal", [
+    ("72", "72", True),  # plain numbers: exact, no math-verify
+    ("1,000", "1000", True),  # thousands separator
+    ("$18", "18", True),  # currency
+    ("0.50", "0.5", True),  # decimals compare as exact values
+    ("72", "73", False),  # different numbers
+    ("10,\\!080", "10080", True),  # LaTeX thin space in a number
+    ("\\frac{1}{2}", "0.5", True),  # math-verify: fraction vs decimal
+    ("\\dfrac{14}{3}", "\\frac{14}{3}", True),  # dfrac
+    ("x^2+1", "1+x^2", True),  # symbolic
+    ("(3,\\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)", True),  # tuples
+    ("\\frac{1}{3}", "0.5", False),  # different values
+    ("", "1", False),  # empty prediction
+])
+def test_math_equal(pred, gold, equal):
+    assert math_equal(pred, gold) is equal
+
+
+@pytest.mark.parametrize("pred", [
+    "\\frac{1}{" * 1000 + "2" + "}" * 1000,  # 10,001 characters of nested fractions: ~6 s in math-verify
+    "9^{" * 20 + "9" + "}" * 20,  # a power tower: sympy does not finish
+])
+def test_math_equal_is_bounded_in_time(pred):
+    math_equal("\\frac{1}{2}", "0.5")  # a running worker, so the timing below excludes its start
+    start = time.perf_counter()
+    assert math_equal(pred, "1", timeout=1.0) is False
+    assert time.perf_counter() - start < 3.0
+    assert math_equal("\\frac{1}{2}", "0.5")  # the next call gets a fresh worker
+
+
+def test_plain_number():
+    assert plain_number("-0.50") == plain_number("-.5")
+    assert plain_number("1/2") is None and plain_number("9" * 5000) is None
+
+
+# ----------------------------------------------------------------------------- gsm8k, math500 files
+
+
+@needs_data("gsm8k_train.jsonl")
+def test_gsm8k_known_row_and_reference_solutions():
+    task = Gsm8kTask()
+    rows = sorted(task.problems("train"), key=lambda p: p.meta["line"])
+    assert len(rows) == 7473
+    first = rows[0]
+    assert first.question.startswith("Natalia sold clips to 48 of her friends")
+    assert first.answer == "72"
+    assert first.steps == ("Natalia sold 48/2 = 24 clips in May.",
+                           "Natalia sold 48+24 = 72 clips altogether in April and May.")
+    assert first.solution == "\n".join(first.steps) + "\n#### 72"
+    for problem in rows[:20]:
+        assert task.grade(problem.solution, problem) == 1.0, problem.solution
+        assert "<<" not in problem.solution
+
+
+@needs_data("gsm8k_test.jsonl")
+def test_gsm8k_test_split_is_deterministic_with_the_prefix_property():
+    task = Gsm8kTask()
+    long = task.problems("test", 50, seed=1)
+    assert len(task.problems("test")) == 1319
+    assert long == Gsm8kTask().problems("test", 50, seed=1) and task.problems("test", 10, seed=1) == long[:10]
+    assert task.problems("test", 50, seed=2) != long
+    assert all(task.grade(p.solution, p) == 1.0 for p in long[:20])
+
+
+@needs_data("math500_test.jsonl")
+def test_math500_known_row_and_reference_solutions():
+    task = Math500Task()
+    assert task.splits == ("test",)
+    rows = sorted(task.problems("test"), key=lambda p: p.meta["line"])
+    assert len(rows) == 500
+    assert rows[0].answer == "\\left( 3, \\frac{\\pi}{2} \\right)"
+    assert rows[0].meta["subject"] == "Precalculus" and rows[0].meta["level"] == 2
+    for problem in rows[:20]:  # proves the grader: every reference solution grades as correct
+        assert task.grade(problem.solution, problem) == 1.0, (problem.answer, task.extract_answer(problem.solution))
+    assert task.grade("so $\\boxed{3}$", rows[0]) == 0.0
+    with pytest.raises(UserError, match="split"):
+        task.problems("train")
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: Gsm8kTask(data_dir=d).problems("train"),  # data_dir argument
+    lambda d: Math500Task(data_dir=d).problems("test"),  # same for math500
+])
+def test_missing_data_file_is_a_user_error(make, tmp_path):
+    with pytest.raises(UserError, match="data file not found"):
+        make(tmp_path)
+
+
+def test_data_dir_from_environment(tmp_path, monkeypatch):
+    row = {"question": "What is 2+2?", "answer": "2+2 = <<2+2=4>>4\n#### 4"}
+    (tmp_path / "gsm8k_test.jsonl").write_text(json.dumps(row) + "\n")
+    monkeypatch.setenv("COTRAIN_DATA_DIR", str(tmp_path))
+    [problem] = make_task("gsm8k").problems("test")
+    assert problem == Problem(question="What is 2+2?", answer="4", steps=("2+2 = 4",), solution="2+2 = 4\n#### 4")
+
+
+# ----------------------------------------------------------------------------- jsonl
+
+
+def test_jsonl_task(tmp_path):
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text('{"q": "1/2 as a decimal?", "a": "0.5", "src": "x"}\n\n{"q": "2+2?", "a": "4", "src": "y"}\n')
+    test.write_text('{"q": "3+3?", "a": "6"}\n')
+    task = JsonlTask(splits={"train": train, "test": test}, question_field="q", answer_field="a")
+    assert task.splits == ("train", "test")
+    problems = sorted(task.problems("train"), key=lambda p: p.meta["line"])
+    assert [(p.question, p.answer, p.meta) for p in problems] == [
+        ("1/2 as a decimal?", "0.5", {"src": "x", "line": 1}), ("2+2?", "4", {"src": "y", "line": 3})]
+    assert task.grade("it is \\boxed{\\frac{1}{2}}", problems[0]) == 1.0
+    assert task.grade("so 4", problems[1]) == 1.0  # falls back to the last number
+    assert JsonlTask(path=train, question_field="q", answer_field="a").splits == ("train",)
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"question": "q"}\n', ":1: missing field 'answer'"),  # missing answer
+    ('{"question": "q", "answer": "1"}\n{"answer": "2"}\n', ":2: missing field 'question'"),  # line number
+    ('{"question": "q", "answer": "1"}\nnot json\n', ":2: not valid JSON"),  # bad JSON
+    ('[1, 2]\n', ":1: expected a JSON object"),  # not an object
+])
+def test_jsonl_bad_rows(tmp_path, content, message):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(content)
+    with pytest.raises(UserError, match=message):
+        JsonlTask(path=path).problems("train")
+
+
+def test_jsonl_needs_one_source():
+    with pytest.raises(UserError):
+        JsonlTask()
+
+
+# ----------------------------------------------------------------------------- make_task
+
+
+@pytest.mark.parametrize("name, options, cls", [
+    ("arith", {}, ArithTask),  # defaults
+    ("arith", {"n_ops": (1, 2), "ops": "+-*"}, ArithTask),  # knobs
+    ("gsm8k", {"data_dir": "/nowhere"}, Gsm8kTask),  # files are read lazily
+    ("math500", {}, Math500Task),  # default data dir
+    ("jsonl", {"path": "rows.jsonl"}, JsonlTask),  # one file
+])
+def test_make_task(name, options, cls):
+    assert isinstance(make_task(name, **options), cls)
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("gsm9k", {}, "did you mean 'gsm8k'"),  # typo in the name
+    ("arithmetic", {}, "did you mean 'arith'"),  # longer name
+    ("arith", {"nops": 2}, "did you mean 'n_ops'"),  # typo in an option
+    ("math500", {"path": "x"}, "unknown option 'path'"),  # option of another task
+    ("rg:leg_count", {}, "did you mean 'rg:leg_counting'"),  # unknown generator
+    ("rg:leg_counting", {"max_animal": 3}, "max_animals"),  # unknown generator option lists the valid ones
+])
+def test_make_task_errors(name, options, message):
+    with pytest.raises(UserError, match=message):
+        make_task(name, **options)
+
+
+# ----------------------------------------------------------------------------- reasoning-gym
+
+
+def test_reasoning_gym_task():
+    task = make_task("rg:leg_counting", size=8)
+    assert task.name == "rg:leg_counting" and task.splits == ("train", "test")
+    train = task.problems("train", seed=0)
+    assert len(train) == 8
+    assert task.problems("train", 3, seed=0) == train[:3]  # prefix property
+    assert {p.question for p in task.problems("test", 8, seed=0)} != {p.question for p in train}
+    for problem in train:
+        assert task.grade(f"thinking\n#{problem.answer}", problem) == 1.0
+        assert task.grade(f"<answer>{problem.answer}</answer>", problem) == 1.0
+        assert task.grade("#-1", problem) == 0.0
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("<answer> 12 </answer> trailing", "12"),  # answer tag wins
+    ("x\n# 12\nnotes", "12"),  # last '#' line
+    ("#### 12", "12"),  # several '#'
+    ("first\nlast line  \n\n", "last line"),  # last non-empty line
+    ("<answer></answer>", None),  # empty tag
+    ("   \n", None),  # nothing
+])
+def test_reasoning_gym_extract_answer(completion, expected):
+    from cotrain.tasks.rg import extract_answer as rg_extract
+
+    assert rg_extract(completion) == expected
+
+
+# ----------------------------------------------------------------------------- fuzzing: no string raises
+
+ARITH_TEXT = st.text(alphabet="0123456789+-*=#\n ", max_size=80)
+MATH_TEXT = st.lists(st.sampled_from(["\\boxed{", "{", "}", "\\frac", "####", "answer:", "#", "1", "-", ".", ",",
+                                      "x", "^", "$", "\\", "\n", " ", "(", ")", "<answer>", "</answer>"]),
+                     max_size=30).map("".join)
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def graded_tasks():
+    """Each task with a problem it can grade (no data files needed)."""
+    rg = make_task("rg:leg_counting", size=1)
+    return [
+        (ArithTask(), ArithTask().problems("train", 1)[0]),
+        (Gsm8kTask(), Problem(question="q", answer="72")),
+        (Math500Task(), Problem(question="q", answer="\\frac{1}{2}")),
+        (JsonlTask(path="unused.jsonl"), Problem(question="q", answer="0.5")),
+        (rg, rg.problems("train", 1)[0]),
+    ]
+
+
+def _check_never_raises(tasks, text):
+    for task, problem in tasks:
+        answer = task.extract_answer(text)
+        assert answer is None or isinstance(answer, str)
+        assert task.grade(text, problem) in (0.0, 1.0)
+
+
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_fuzz_arbitrary_text(graded_tasks, text):
+    _check_never_raises(graded_tasks, text)
+
+
+@FUZZ
+@given(text=ARITH_TEXT)
+def test_fuzz_arith_alphabet(graded_tasks, text):
+    _check_never_raises(graded_tasks, text)
+    labels = step_labels("12+34-5", [line for line, _ in parse_steps(text)])
+    assert all(isinstance(label, bool) for label in labels)
+
+
+@FUZZ
+@given(text=MATH_TEXT)
+def test_fuzz_math_fragments(graded_tasks, text):
+    _check_never_raises(graded_tasks, text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(question=st.text(alphabet="0123456789+-*", min_size=1, max_size=20))
+def test_fuzz_arith_parsers(question):
+    parsed = parse_question(question)
+    if parsed is not None:  # anything that parses solves, and labels its own steps correct within 12 digits
+        steps, _ = solve(question)
+        assert step_labels(question, steps) == [parse_step(step) is not None for step in steps]
