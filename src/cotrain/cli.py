@@ -161,7 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        # overrides may stand anywhere after the command, options included
+        args, extra = parser.parse_known_args(argv)
+        unknown = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if extra:
+            args.overrides = list(args.overrides or []) + extra
         return args.fn(args)
     except UserError as err:
         print(f"cotrain: error: {err}", file=sys.stderr)

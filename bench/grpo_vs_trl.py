@@ -1,0 +1,307 @@
+"""Benchmark: cotrain's GRPO recipe against TRL's GRPOTrainer, step for step, on the same problem.
+
+What is compared: the wall-clock time of one optimizer step (sample P x G completions, grade them,
+group advantages, one PPO-clip update), with everything else held equal:
+
+  model       one starting model: the `tiny` preset after a short cotrain SFT on easy arithmetic,
+              built once and cached in bench/out/start/ (a `save_pretrained` dir both sides load
+              with `cotrain.models.build.load_model`)
+  prompts     the same P questions at every step: TRL's dataset is cotrain's per-step draws laid end
+              to end, read in order (`shuffle_dataset=False`); the reward function asserts it
+  reward      `task.grade` on the decoded completion, 1 or 0
+  algorithm   G samples per prompt, temperature 1, no top-p/top-k, at most L new tokens, stop at eos;
+              advantages (r - mean_g) / (std_g + 1e-4); loss "grpo" (mean over sequences of each
+              sequence's token mean), beta 0 (no reference model), eps 0.2, one optimizer step per
+              generated batch (num_iterations 1, steps_per_generation 1, no accumulation)
+  optimizer   torch AdamW (betas 0.9, 0.95; eps 1e-8; no weight decay), lr 1e-4 constant, no warm-up,
+              grad-norm clip 1.0; no gradient checkpointing (TRL's default turns it on)
+  precision   fp32 by default. `--bf16` turns on autocast on both sides but is not symmetric: cotrain
+              autocasts generation and the update, TRL only the update (its `generate` runs in fp32).
+  machine     each side in a fresh subprocess, `torch.set_num_threads(--threads)`, CPU only
+
+Step times: cotrain's `time/step` from metrics.jsonl (rollout to metrics, before logging and
+checkpointing; the final save and eval come after the loop); TRL's from a TrainerCallback
+(`on_step_begin` to `on_step_end`: generation, reward, loss, backward, clip, optimizer step).
+Step 1 is a warm-up and left out of median and mean. Rewards of the first and last steps are
+printed for both so that speed is not bought with a broken update.
+
+Run:  python bench/grpo_vs_trl.py                  (20 steps, 16 prompts x 8 samples, 24 tokens)
+      python bench/grpo_vs_trl.py --steps 4 --prompts 4 --group-size 4       (a quick check)
+The last line is `speedup_vs_trl=X.XX`: TRL's median step time over cotrain's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "out"
+START = OUT / "start"
+
+# The easy world of the tests: 1-2 operations of +/- on 0..9. Reference solutions are at most 20
+# characters plus eos ("1-9=-8\n-8-9=-17\n#-17"), so L = 24 truncates only rambling samples.
+TASK = {"name": "arith", "n_ops": [1, 2], "max_operand": 9}
+N_PROBLEMS = 2000  # training pool; the 1-2-op space has ~3,400 train questions
+# The starting model: a short SFT that leaves the sampled (temperature 1) accuracy in the middle,
+# so that most groups have mixed rewards and GRPO has a gradient. Independent of --seed.
+SFT = {"seed": 0, "steps": 250, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=20, help="S: optimizer steps of each side")
+    ap.add_argument("--prompts", type=int, default=16, help="P: prompts per step")
+    ap.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
+    ap.add_argument("--max-len", type=int, default=24, help="L: completion length limit in tokens")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (default: fp32)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of both runs (the starting model is fixed)")
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads of each side")
+    ap.add_argument("--side", choices=["cotrain", "trl"], help=argparse.SUPPRESS)  # internal: one side
+    args = ap.parse_args(argv)
+    assert args.steps >= 2, "--steps must be at least 2: step 1 is a warm-up left out of the timings"
+    return args
+
+
+# ---------------------------------------------------------------------------- shared set-up
+
+
+def grpo_config(args, run_dir: Path):
+    """cotrain's run config; TRL's GRPOConfig below mirrors it field by field."""
+    from cotrain.config import build_config
+
+    return build_config({
+        "recipe": "grpo", "seed": args.seed, "init": str(START), "out_dir": str(run_dir),
+        "task": dict(TASK),
+        "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": 1e-4,
+                  "warmup_steps": 0, "schedule": "constant", "betas": [0.9, 0.95], "weight_decay": 0.0,
+                  "max_grad_norm": 1.0, "bf16": args.bf16, "n_problems": N_PROBLEMS},
+        "grpo": {"group_size": args.group_size, "max_new_tokens": args.max_len, "temperature": 1.0,
+                 "top_p": 1.0, "beta": 0.0, "epsilon": 0.2, "loss_type": "grpo", "scale_rewards": "group",
+                 "num_iterations": 1, "num_minibatches": 1, "mask_truncated": False},
+        # The final eval runs after the timed loop; keep it small. No checkpoint inside the loop.
+        "eval": {"splits": ["test"], "n": 32, "k": 0},
+        "checkpoint": {"every": 0, "keep_last": 1},
+        "log": {"progress": False, "tensorboard": False},
+    })
+
+
+def build_start_model() -> dict:
+    """SFT the tiny preset on the easy world once; reuse bench/out/start/ when it was built the same way."""
+    meta_path = START / "start.json"
+    recipe = {"task": TASK, "n_problems": N_PROBLEMS, "sft": SFT}
+    if (START / "config.json").is_file() and meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta["recipe"] == recipe:
+            return meta
+    from cotrain.config import build_config
+    from cotrain.models.build import load_model, save_model
+    from cotrain.recipes import sft
+
+    run_dir = OUT / "sft"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cfg = build_config({
+        "recipe": "sft", "seed": SFT["seed"], "model": {"preset": "tiny"}, "task": dict(TASK),
+        "train": {"steps": SFT["steps"], "batch_size": SFT["batch_size"], "lr": SFT["lr"],
+                  "warmup_steps": SFT["warmup_steps"], "bf16": False, "n_problems": N_PROBLEMS},
+        "grpo": {"max_new_tokens": 24},
+        # sampled_acc (k samples at temperature 1) is what GRPO's first steps will see as reward
+        "eval": {"splits": ["test"], "n": 200, "k": 8, "n_sampled": 64, "temperature": 1.0},
+        "checkpoint": {"every": 0, "keep_last": 1},
+        "log": {"progress": False, "tensorboard": False},
+    })
+    t0 = time.time()
+    results = sft.run(cfg, run_dir)["generator"]["test"]
+    shutil.rmtree(START, ignore_errors=True)
+    save_model(*load_model(run_dir / "final" / "generator"), START)
+    meta = {"recipe": recipe, "greedy_pass@1": results["pass@1"], "sampled_acc": results["sampled_acc"],
+            "sft_seconds": round(time.time() - t0, 1)}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def step_problems(args) -> list[list]:
+    """The P problems of each step 1..S, drawn exactly as cotrain's recipe draws them."""
+    from cotrain.runs.session import build_task, sample_batch, training_pool
+
+    cfg = grpo_config(args, OUT / "unused")
+    task = build_task(cfg)
+    pool = training_pool(task, cfg, cfg.train.n_problems)
+    return [sample_batch(pool, args.prompts, cfg.seed, step) for step in range(1, args.steps + 1)]
+
+
+# ---------------------------------------------------------------------------- cotrain side
+
+
+def run_cotrain(args) -> dict:
+    from cotrain.recipes import grpo
+
+    run_dir = OUT / "cotrain"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    grpo.run(grpo_config(args, run_dir), run_dir)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = sorted((r for r in rows if "time/step" in r), key=lambda r: r["step"])
+    assert [r["step"] for r in rows] == list(range(1, args.steps + 1)), "metrics.jsonl misses steps"
+    return {"step_s": [r["time/step"] for r in rows], "gen_s": [r["time/gen"] for r in rows],
+            "reward": [r["gen/reward"] for r in rows], "len_mean": [r["gen/len_mean"] for r in rows],
+            "clipped": [r["gen/len_clipped_ratio"] for r in rows]}
+
+
+# ---------------------------------------------------------------------------- TRL side
+
+
+def run_trl(args) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from cotrain.models.build import load_model
+    from cotrain.roles.generator import plain_prompt
+    from cotrain.tasks import make_task
+
+    model, tokenizer = load_model(START)
+    assert not getattr(tokenizer, "chat_template", None), "a chat template would change TRL's prompts"
+    # TRL stops at model.generation_config.eos_token_id plus the tokenizer's eos; make both explicit.
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+    task = make_task(TASK["name"], **{k: v for k, v in TASK.items() if k != "name"})
+    steps = step_problems(args)
+    # Plain string prompts: TRL tokenizes them with `tokenizer(text=...)` (bos added, no template),
+    # the same call cotrain makes. Row order = step order; read unshuffled, P rows per step.
+    prompts = [plain_prompt(p.question) for batch in steps for p in batch]
+    problem_of = {plain_prompt(p.question): p for batch in steps for p in batch}  # a question has one answer
+    calls = []
+
+    def arith_reward(prompts, completions, **kwargs):
+        step = len(calls)
+        want = sorted(plain_prompt(p.question) for p in steps[step] for _ in range(args.group_size))
+        assert sorted(prompts) == want, f"TRL step {step + 1} saw other prompts than cotrain's"
+        calls.append(len(prompts))
+        return [task.grade(c, problem_of[p]) for p, c in zip(prompts, completions)]
+
+    class StepLog(TrainerCallback):
+        """Wall time of each optimizer step and the metrics TRL logs for it."""
+
+        def __init__(self):
+            self.step_s, self.logs, self.t0 = [], {}, None
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.step_s.append(time.perf_counter() - self.t0)
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "reward" in logs:
+                self.logs[state.global_step] = dict(logs)
+
+    run_dir = OUT / "trl"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    config = GRPOConfig(
+        output_dir=str(run_dir), seed=args.seed, use_cpu=True, bf16=args.bf16, fp16=False,
+        max_steps=args.steps, report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True,
+        # one optimizer step = one generation batch of P prompts x G completions
+        per_device_train_batch_size=args.prompts * args.group_size, gradient_accumulation_steps=1,
+        steps_per_generation=1, num_generations=args.group_size, num_iterations=1, shuffle_dataset=False,
+        max_completion_length=args.max_len, temperature=1.0, top_p=1.0, top_k=0,
+        beta=0.0, epsilon=0.2, loss_type="grpo", scale_rewards="group", mask_truncated_completions=False,
+        learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
+        adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+        gradient_checkpointing=False, dataloader_num_workers=0,
+    )
+    timer = StepLog()
+    trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config,
+                          train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer,
+                          callbacks=[timer])
+    assert tokenizer.eos_token_id in trainer.eos_token_ids, "TRL would not stop at eos"
+    assert trainer.ref_model is None, "beta = 0 must not build a reference model"
+    trainer.train()
+    assert torch.get_num_threads() == args.threads, f"TRL changed the thread count to {torch.get_num_threads()}"
+    assert calls == [args.prompts * args.group_size] * args.steps, f"reward calls per step: {calls}"
+    assert len(timer.step_s) == args.steps and sorted(timer.logs) == list(range(1, args.steps + 1))
+    logs = [timer.logs[s] for s in range(1, args.steps + 1)]
+    return {"step_s": timer.step_s, "reward": [r["reward"] for r in logs],
+            "len_mean": [r["completions/mean_length"] for r in logs],
+            "clipped": [r["completions/clipped_ratio"] for r in logs]}
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def summarize(r: dict) -> dict:
+    timed = r["step_s"][1:]  # step 1 is a warm-up
+    return {
+        "median step s (2..S)": statistics.median(timed),
+        "mean step s (2..S)": statistics.fmean(timed),
+        "step 1 s (warm-up)": r["step_s"][0],
+        "reward, steps 1-3": statistics.fmean(r["reward"][:3]),
+        "reward, last 5 steps": statistics.fmean(r["reward"][-5:]),
+        "completion length, mean": statistics.fmean(r["len_mean"]),
+        "completions clipped at L": statistics.fmean(r["clipped"]),
+    }
+
+
+def run_side(args, side: str) -> dict:
+    """One side in a fresh interpreter; its output goes to bench/out/<side>.log."""
+    argv = [sys.executable, __file__, "--side", side, "--steps", str(args.steps), "--prompts", str(args.prompts),
+            "--group-size", str(args.group_size), "--max-len", str(args.max_len), "--seed", str(args.seed),
+            "--threads", str(args.threads)] + (["--bf16"] if args.bf16 else [])
+    log = OUT / f"{side}.log"
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+               TOKENIZERS_PARALLELISM="false")
+    t0 = time.time()
+    with log.open("w") as f:
+        proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"{side} failed (exit {proc.returncode}); last lines of {log}:\n"
+                 + "\n".join(log.read_text().splitlines()[-30:]))
+    print(f"{side}: done in {time.time() - t0:.0f} s (log: {log.relative_to(OUT.parent.parent)})", flush=True)
+    return json.loads((OUT / f"{side}.json").read_text())
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    if args.side:  # child: one side, results to bench/out/<side>.json
+        import torch
+
+        torch.set_num_threads(args.threads)
+        result = run_cotrain(args) if args.side == "cotrain" else run_trl(args)
+        result["threads"] = torch.get_num_threads()
+        (OUT / f"{args.side}.json").write_text(json.dumps(result) + "\n")
+        return
+
+    import torch
+    import transformers
+    import trl
+
+    meta = build_start_model()
+    print(f"start model: {START} (tiny preset, {SFT['steps']} SFT steps; greedy pass@1 "
+          f"{meta['greedy_pass@1']:.2f}, sampled accuracy {meta['sampled_acc']:.2f})")
+    if not 0.2 <= meta["sampled_acc"] <= 0.7:
+        print("warning: the starting model's sampled accuracy is outside 0.2-0.7; GRPO's signal is weak")
+    print(f"config: steps={args.steps} prompts={args.prompts} group_size={args.group_size} "
+          f"max_len={args.max_len} bf16={args.bf16} seed={args.seed} threads={args.threads} | "
+          f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}", flush=True)
+    results = {side: run_side(args, side) for side in ("cotrain", "trl")}
+    assert all(r["threads"] == args.threads for r in results.values()), "thread counts differ"
+
+    rows = {side: summarize(r) for side, r in results.items()}
+    print(f"\n{'':28s}{'cotrain':>10s}{'trl':>10s}")
+    for key in rows["cotrain"]:
+        print(f"{key:28s}{rows['cotrain'][key]:10.3f}{rows['trl'][key]:10.3f}")
+    print("per-step reward   cotrain: " + " ".join(f"{x:.2f}" for x in results["cotrain"]["reward"]))
+    print("                  trl:     " + " ".join(f"{x:.2f}" for x in results["trl"]["reward"]))
+    ratio = rows["trl"]["median step s (2..S)"] / rows["cotrain"]["median step s (2..S)"]
+    print(f"speedup_vs_trl={ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The CLI: every user error is one line on stderr and exit code 2; eval and plot commands."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cotrain.cli import main
+from tests.conftest import nano_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path: Path, raw: dict, name="cfg.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def _fails(argv, capsys, message):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("cotrain: error: ") and message in err, err
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.lrr=1"], "did you mean 'train.lr'?"),                         # unknown key
+    (["train.steps=abc"], "train.steps"),                                  # wrong type
+    (["grpo.group_size=1"], "group_size must be at least 2"),
+    (["train.batch_size=10", "grpo.group_size=4"], "divisible by grpo.group_size"),
+    (["task.name=arithmetic"], "did you mean 'arith'"),                    # unknown task
+    (["task.n_opz=[1,2]"], "n_ops"),                                       # unknown task option
+    (["model.path=/tmp"], "not a model directory"),                        # a path that is not a model
+])
+def test_run_user_errors(tmp_path, capsys, overrides, message):
+    cfg = _write(tmp_path, nano_config("grpo"))
+    _fails(["run", cfg, *overrides, "--out", str(tmp_path / "run")], capsys, message)
+
+
+def test_missing_data_file(tmp_path, capsys):
+    cfg = _write(tmp_path, nano_config("grpo") | {"task": {"name": "gsm8k", "data_dir": "/nonexistent"}})
+    _fails(["run", cfg, "--out", str(tmp_path / "run")], capsys, "not found")
+
+
+def test_bad_yaml_missing_config_and_unwritable_output(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    _fails(["run", str(bad), "--out", str(tmp_path / "r")], capsys, "bad YAML")
+    _fails(["run", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "r")], capsys, "config file not found")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    cfg = _write(tmp_path, nano_config("grpo"))
+    _fails(["run", cfg, "--out", str(blocker / "run")], capsys, "cannot write to run directory")
+
+
+def test_argument_errors_are_one_line(capsys):
+    _fails(["frobnicate"], capsys, "invalid choice")
+    _fails(["run"], capsys, "required")
+    _fails(["plot", "/nonexistent/run"], capsys, "not a run directory")
+    _fails(["eval", "/nonexistent/model", "--task", "arith"], capsys, "no model found")
+
+
+def test_real_process_prints_no_traceback(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.run([sys.executable, "-m", "cotrain", "run", "missing.yaml", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "cotrain: error: config file not found: missing.yaml"
+
+
+def test_existing_run_needs_resume(sft_run, tmp_path, capsys):
+    start, _ = sft_run
+    cfg = _write(tmp_path, nano_config("grpo", init=str(start), train={"steps": 2}, eval={"n": 5, "k": 0}))
+    assert main(["run", cfg, "--out", str(tmp_path / "run")]) == 0
+    _fails(["run", cfg, "--out", str(tmp_path / "run")], capsys, "pass --resume")
+    # resuming a finished run redoes only the final evaluation, with the same result
+    before = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert main(["run", cfg, "--out", str(tmp_path / "run"), "--resume"]) == 0
+    assert json.loads((tmp_path / "run" / "eval.json").read_text()) == before
+
+
+def test_eval_and_plot_commands(sft_run, tmp_path, capsys):
+    start, results = sft_run
+    out = tmp_path / "eval.json"
+    code = main(["eval", str(start), "--task", "arith", "--splits", "test", "--n", "40", "task.n_ops=[1,2]",
+                 "task.max_operand=9", "eval.k=4", "eval.n_sampled=10", "--out", str(out)])
+    assert code == 0
+    # the same checkpoint and settings as the run's own final evaluation give the same figures
+    got = json.loads(out.read_text())["generator"]["test"]
+    assert got["pass@1"] == results["generator"]["test"]["pass@1"]
+    capsys.readouterr()
+    assert main(["plot", str(start), "--out", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "curves.png").stat().st_size > 10_000
