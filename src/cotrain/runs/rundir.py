@@ -209,6 +209,7 @@ class Progress:
         self.t0, self.s0 = time.time(), start
         self.tty = sys.stderr.isatty()
         self.last_print = 0.0
+        self.shown: dict = {}  # last value of each metric, so an eval figure stays visible between evals
 
     def update(self, step: int, metrics: dict | None = None) -> None:
         self.step = step
@@ -218,7 +219,8 @@ class Progress:
         done = step - self.s0
         rate = (now - self.t0) / max(done, 1)
         eta = rate * (self.total - step)
-        shown = " ".join(f"{k}={v:.3g}" for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
+        self.shown.update({k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float))})
+        shown = " ".join(f"{k}={v:.3g}" for k, v in self.shown.items())
         line = f"{self.desc} {step}/{self.total} [{_fmt(now - self.t0)}<{_fmt(eta)}, {rate:.2f}s/step] {shown}"
         if self.tty:
             sys.stderr.write("\r" + line[:200].ljust(120))
