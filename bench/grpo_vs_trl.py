@@ -15,13 +15,16 @@ group advantages, one PPO-clip update), with everything else held equal:
               generated batch (num_iterations 1, steps_per_generation 1, no accumulation)
   optimizer   torch AdamW (betas 0.9, 0.95; eps 1e-8; no weight decay), lr 1e-4 constant, no warm-up,
               grad-norm clip 1.0; no gradient checkpointing (TRL's default turns it on)
-  precision   fp32 by default. `--bf16` turns on autocast on both sides but is not symmetric: cotrain
-              autocasts generation and the update, TRL only the update (its `generate` runs in fp32).
+  precision   fp32 weights; `--bf16` turns on bf16 autocast of every forward pass, sampling and update,
+              on both sides (cotrain's `train.bf16`; TRL's `bf16=True`, whose accelerate wrapper
+              autocasts `model.forward`, which `generate` calls too: asserted). Default off.
   machine     each side in a fresh subprocess, `torch.set_num_threads(--threads)`, CPU only
 
 Step times: cotrain's `time/step` from metrics.jsonl (rollout to metrics, before logging and
 checkpointing; the final save and eval come after the loop); TRL's from a TrainerCallback
 (`on_step_begin` to `on_step_end`: generation, reward, loss, backward, clip, optimizer step).
+The rollout share (tokenize, sample, decode) is cotrain's `time/gen` and, for TRL, the time spent
+in `GRPOTrainer._generate`, measured by wrapping that method.
 Step 1 is a warm-up and left out of median and mean. Rewards of the first and last steps are
 printed for both so that speed is not bought with a broken update.
 
@@ -50,7 +53,7 @@ TASK = {"name": "arith", "n_ops": [1, 2], "max_operand": 9}
 N_PROBLEMS = 2000  # training pool; the 1-2-op space has ~3,400 train questions
 # The starting model: a short SFT that leaves the sampled (temperature 1) accuracy in the middle,
 # so that most groups have mixed rewards and GRPO has a gradient. Independent of --seed.
-SFT = {"seed": 0, "steps": 250, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20}
+SFT = {"seed": 0, "steps": 450, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,12 +74,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 # ---------------------------------------------------------------------------- shared set-up
 
 
-def grpo_config(args, run_dir: Path):
+def grpo_config(args, run_dir: Path | None = None):
     """cotrain's run config; TRL's GRPOConfig below mirrors it field by field."""
     from cotrain.config import build_config
 
     return build_config({
-        "recipe": "grpo", "seed": args.seed, "init": str(START), "out_dir": str(run_dir),
+        "recipe": "grpo", "seed": args.seed, "init": str(START), "out_dir": str(run_dir) if run_dir else None,
         "task": dict(TASK),
         "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": 1e-4,
                   "warmup_steps": 0, "schedule": "constant", "betas": [0.9, 0.95], "weight_decay": 0.0,
@@ -129,7 +132,7 @@ def step_problems(args) -> list[list]:
     """The P problems of each step 1..S, drawn exactly as cotrain's recipe draws them."""
     from cotrain.runs.session import build_task, sample_batch, training_pool
 
-    cfg = grpo_config(args, OUT / "unused")
+    cfg = grpo_config(args)
     task = build_task(cfg)
     pool = training_pool(task, cfg, cfg.train.n_problems)
     return [sample_batch(pool, args.prompts, cfg.seed, step) for step in range(1, args.steps + 1)]
@@ -214,7 +217,7 @@ def run_trl(args) -> dict:
         beta=0.0, epsilon=0.2, loss_type="grpo", scale_rewards="group", mask_truncated_completions=False,
         learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
         adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-        gradient_checkpointing=False, dataloader_num_workers=0,
+        activation_checkpointing=False, dataloader_num_workers=0,  # TRL defaults it (gradient_checkpointing) on
     )
     timer = StepLog()
     trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config,
@@ -222,12 +225,26 @@ def run_trl(args) -> dict:
                           callbacks=[timer])
     assert tokenizer.eos_token_id in trainer.eos_token_ids, "TRL would not stop at eos"
     assert trainer.ref_model is None, "beta = 0 must not build a reference model"
+    assert not model.is_activation_checkpointing, "cotrain does not recompute activations; TRL must not either"
+    # Time TRL's rollout (tokenize, generate, decode) like cotrain's time/gen: wrap the instance's method.
+    gen_s, generate_ = [], trainer._generate
+
+    def timed_generate(prompts):
+        t0 = time.perf_counter()
+        out = generate_(prompts)
+        gen_s.append(time.perf_counter() - t0)
+        return out
+
+    trainer._generate = timed_generate
     trainer.train()
+    # accelerate wraps model.forward in autocast (and keeps the original) iff mixed precision is on
+    autocast = hasattr(trainer.model, "_original_forward")
+    assert autocast == args.bf16, f"TRL's forward autocast is {autocast}, --bf16 is {args.bf16}"
     assert torch.get_num_threads() == args.threads, f"TRL changed the thread count to {torch.get_num_threads()}"
     assert calls == [args.prompts * args.group_size] * args.steps, f"reward calls per step: {calls}"
     assert len(timer.step_s) == args.steps and sorted(timer.logs) == list(range(1, args.steps + 1))
     logs = [timer.logs[s] for s in range(1, args.steps + 1)]
-    return {"step_s": timer.step_s, "reward": [r["reward"] for r in logs],
+    return {"step_s": timer.step_s, "gen_s": gen_s, "reward": [r["reward"] for r in logs],
             "len_mean": [r["completions/mean_length"] for r in logs],
             "clipped": [r["completions/clipped_ratio"] for r in logs]}
 
@@ -240,6 +257,7 @@ def summarize(r: dict) -> dict:
     return {
         "median step s (2..S)": statistics.median(timed),
         "mean step s (2..S)": statistics.fmean(timed),
+        "rollout s, median (2..S)": statistics.median(r["gen_s"][1:]),
         "step 1 s (warm-up)": r["step_s"][0],
         "reward, steps 1-3": statistics.fmean(r["reward"][:3]),
         "reward, last 5 steps": statistics.fmean(r["reward"][-5:]),
@@ -282,6 +300,7 @@ def main(argv=None) -> None:
     import transformers
     import trl
 
+    torch.set_num_threads(args.threads)
     meta = build_start_model()
     print(f"start model: {START} (tiny preset, {SFT['steps']} SFT steps; greedy pass@1 "
           f"{meta['greedy_pass@1']:.2f}, sampled accuracy {meta['sampled_acc']:.2f})")
@@ -290,8 +309,12 @@ def main(argv=None) -> None:
     print(f"config: steps={args.steps} prompts={args.prompts} group_size={args.group_size} "
           f"max_len={args.max_len} bf16={args.bf16} seed={args.seed} threads={args.threads} | "
           f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}", flush=True)
+    load_before = os.getloadavg()[0]
     results = {side: run_side(args, side) for side in ("cotrain", "trl")}
     assert all(r["threads"] == args.threads for r in results.values()), "thread counts differ"
+    # Other processes on the cores make the timings meaningless (each side may meet a different load).
+    print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
+          f"{os.cpu_count()} cores")
 
     rows = {side: summarize(r) for side, r in results.items()}
     print(f"\n{'':28s}{'cotrain':>10s}{'trl':>10s}")
