@@ -121,10 +121,11 @@ class RunConfig(_Section):
             raise ValueError(
                 f"train.batch_size ({self.train.batch_size}) must be divisible by grpo.group_size "
                 f"({self.grpo.group_size}): a prompt's whole group is in one batch")
-        if self.recipe == "grpo" and self.train.batch_size % self.grpo.num_minibatches:
+        prompts = self.train.batch_size // self.grpo.group_size
+        if self.recipe == "grpo" and prompts % self.grpo.num_minibatches:
             raise ValueError(
-                f"train.batch_size ({self.train.batch_size}) must be divisible by grpo.num_minibatches "
-                f"({self.grpo.num_minibatches})")
+                f"prompts per step (train.batch_size / grpo.group_size = {prompts}) must be divisible by "
+                f"grpo.num_minibatches ({self.grpo.num_minibatches}): a minibatch holds whole groups")
         return self
 
     def to_dict(self) -> dict:

@@ -68,17 +68,19 @@ def generate(
     greedy: bool = False,
     generator: torch.Generator | None = None,
     bf16: bool = False,
+    group_size: int = 1,
 ) -> Rollout:
-    """Sample one completion per prompt (repeat a prompt G times for a group).
+    """Sample `group_size` completions of each prompt; rows of a group are contiguous in the result.
 
-    Finished rows are dropped from the batch and the cache as they end, so a batch whose
-    completions differ in length costs what its live rows cost.
+    Each prompt is run through the model once and its KV cache copied to its G rows. Finished rows
+    are dropped from the batch and the cache as they end, so a batch whose completions differ in
+    length costs what its live rows cost.
     """
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
-    n = len(prompts)
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id)                         # [B, P]
+    n = len(prompts) * group_size
     out_ids = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
     out_logp = torch.zeros((n, max_new_tokens))
     out_mask = torch.zeros((n, max_new_tokens), dtype=torch.long)
@@ -90,8 +92,12 @@ def generate(
     live = torch.arange(n)  # rows of the full batch still generating, in cache order
     with autocast(bf16, device):
         logits = model(input_ids=prompt_ids.to(device), attention_mask=attn, position_ids=positions,
-                       past_key_values=cache, use_cache=True).logits[:, -1]
+                       past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
     next_pos = positions[:, -1] + 1
+    if group_size > 1:  # copy each prompt's state to its G rows
+        cache.batch_repeat_interleave(group_size)
+        logits, attn, next_pos = (x.repeat_interleave(group_size, dim=0) for x in (logits, attn, next_pos))
+        prompt_ids, prompt_mask = (x.repeat_interleave(group_size, dim=0) for x in (prompt_ids, prompt_mask))
     for t in range(max_new_tokens):
         logits = logits.float()
         if greedy:
@@ -153,4 +159,50 @@ def completion_logprobs(
         with torch.no_grad():
             probs = logits.softmax(-1)
             entropy = -(probs * F.log_softmax(logits, -1)).sum(-1)
+    return logp, entropy
+
+
+def group_logprobs(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    group_size: int,
+    *,
+    temperature: float = 1.0,
+    bf16: bool = False,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`completion_logprobs` for groups that share a prompt, computing each prompt once.
+
+    The B prompts are run once with a KV cache, the cache is repeated to the B*G rows (gradients
+    flow back through the copy), and the completions attend to it. Equal to `completion_logprobs`
+    on the repeated prompts up to float rounding; saves the prompt's share of the compute x (G-1)/G.
+
+    Args:
+        prompt_ids, prompt_mask: [B, P], one row per group.
+        completion_ids, completion_mask: [B*G, T], the G rows of a group contiguous.
+    """
+    device = next(model.parameters()).device
+    assert completion_ids.shape[0] == prompt_ids.shape[0] * group_size, "completions must be [B*G, T]"
+    p_mask = prompt_mask.to(device)
+    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)                                    # [B, P]
+    cache = DynamicCache()
+    with autocast(bf16, device):
+        first = model(input_ids=prompt_ids.to(device), attention_mask=p_mask, position_ids=p_pos,
+                      past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # [B, V]
+        cache.batch_repeat_interleave(group_size)
+        attn = torch.cat([p_mask.repeat_interleave(group_size, 0), completion_mask.to(device)], dim=1)  # [N, P+T]
+        t = completion_ids.shape[1]
+        c_pos = p_pos[:, -1:].repeat_interleave(group_size, 0) + 1 + torch.arange(t, device=device)    # [N, T]
+        rest = model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
+                     position_ids=c_pos[:, :-1], past_key_values=cache, use_cache=True).logits  # [N, T-1, V]
+    logits = torch.cat([first.repeat_interleave(group_size, 0)[:, None], rest], dim=1).float() / temperature
+    targets = completion_ids.to(device)
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)   # [N, T]
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logits.softmax(-1) * F.log_softmax(logits, -1)).sum(-1)
     return logp, entropy

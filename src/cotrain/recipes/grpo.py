@@ -22,17 +22,25 @@ import torch
 
 from cotrain.config import RunConfig
 from cotrain.eval.evaluate import evaluate_split
-from cotrain.models.generate import completion_logprobs, generate
+from cotrain.models.generate import generate, group_logprobs
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import grpo_loss, group_advantages, masked_mean
 from cotrain.runs.session import (build_task, derive_seed, device, eval_kwargs, finish, initial_model,
                                   make_optimizer, maybe_checkpoint, open_session, sample_batch, training_pool)
 
 
+def _logprobs(model, ro, groups: torch.Tensor, cfg: RunConfig, with_entropy: bool = False):
+    """Log-probs [b*G, T] of the completions of `groups` (indices of prompts), each prompt run once."""
+    g = cfg.grpo.group_size
+    rows = (groups[:, None] * g + torch.arange(g)).reshape(-1)                  # [b*G]
+    return group_logprobs(model, ro.prompt_ids[groups * g], ro.prompt_mask[groups * g], ro.completion_ids[rows],
+                          ro.completion_mask[rows], g, temperature=cfg.grpo.temperature, bf16=cfg.train.bf16,
+                          with_entropy=with_entropy), rows
+
+
 @torch.no_grad()
-def _logprobs_no_grad(model, ro, rows, cfg: RunConfig) -> torch.Tensor:
-    logp, _ = completion_logprobs(model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
-                                  ro.completion_mask[rows], temperature=cfg.grpo.temperature, bf16=cfg.train.bf16)
+def _logprobs_no_grad(model, ro, groups: torch.Tensor, cfg: RunConfig) -> torch.Tensor:
+    (logp, _), _ = _logprobs(model, ro, groups, cfg)
     return logp
 
 
@@ -54,13 +62,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         t0 = time.time()
         # -------------------------------------------------------------- rollout
-        problems = sample_batch(pool, n_prompts, cfg.seed, step)
-        problems = [p for p in problems for _ in range(g.group_size)]          # [B*G], groups contiguous
-        prompts = encode_generator_prompts(tokenizer, [p.question for p in problems])
+        prompt_problems = sample_batch(pool, n_prompts, cfg.seed, step)                # [B]
+        problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
+        prompts = encode_generator_prompts(tokenizer, [p.question for p in prompt_problems])
         gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "rollout", step))
-        ro = generate(model, prompts, max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id,
-                      pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p,
-                      generator=gen, bf16=cfg.train.bf16)
+        ro = generate(model, prompts, group_size=g.group_size, max_new_tokens=g.max_new_tokens,
+                      eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
+                      top_p=g.top_p, generator=gen, bf16=cfg.train.bf16)
         texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         t_gen = time.time() - t0
 
@@ -73,17 +81,14 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- loss and update
         t1 = time.time()
-        n = len(problems)
-        minibatches = torch.arange(n).chunk(g.num_minibatches)
+        minibatches = torch.arange(n_prompts).chunk(g.num_minibatches)                # whole groups each
         reuse = g.num_iterations > 1 or g.num_minibatches > 1
         old_logp = torch.cat([_logprobs_no_grad(model, ro, mb, cfg) for mb in minibatches]) if reuse else None
         ref_logp = torch.cat([_logprobs_no_grad(ref_model, ro, mb, cfg) for mb in minibatches]) if ref_model else None
         stats: dict[str, list[float]] = {}
         for _ in range(g.num_iterations):
-            for mb in minibatches:
-                logp, entropy = completion_logprobs(
-                    model, ro.prompt_ids[mb], ro.prompt_mask[mb], ro.completion_ids[mb], ro.completion_mask[mb],
-                    temperature=g.temperature, bf16=cfg.train.bf16, with_entropy=True)      # [b, T]
+            for groups in minibatches:
+                (logp, entropy), mb = _logprobs(model, ro, groups, cfg, with_entropy=True)    # [b*G, T]
                 loss, st = grpo_loss(
                     logp, old_logp[mb] if reuse else logp.detach(), advantages[mb], mask[mb],
                     epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,

@@ -1,0 +1,92 @@
+"""Tiny models, the char tokenizer, save/load, and rollouts."""
+import pytest
+import torch
+
+from cotrain.config import ModelConfig
+from cotrain.errors import UserError
+from cotrain.models.build import build_model, load_model, save_model
+from cotrain.models.generate import completion_logprobs, generate, group_logprobs
+
+
+@pytest.fixture(scope="module")
+def nano():
+    return build_model(ModelConfig(preset="nano"), seed=0)
+
+
+def test_char_tokenizer_round_trip_and_specials(nano):
+    _, tok = nano
+    text = "12+34=46\n46-5=41\n#41 CORRECT?"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id and len(ids) == len(text) + 1  # one token per character
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.padding_side == "left" and tok.pad_token_id != tok.eos_token_id
+
+
+def test_save_and_load_round_trip(nano, tmp_path):
+    model, tok = nano
+    save_model(model, tok, tmp_path / "m")
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    loaded, tok2 = load_model(tmp_path / "m")
+    assert tok2.padding_side == "left" and tok2("1+2")["input_ids"] == tok("1+2")["input_ids"]
+    for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_load_rejects_non_model_paths(tmp_path):
+    with pytest.raises(UserError, match="not a model directory"):
+        load_model(tmp_path)
+
+
+def _rollout(model, tok, group_size=1, **kw):
+    prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n"]]
+    return generate(model, prompts, group_size=group_size, max_new_tokens=10, eos_id=tok.eos_token_id,
+                    pad_id=tok.pad_token_id, **kw), prompts
+
+
+def test_rollout_logprobs_match_training_forward(nano):
+    """The sampler's log-probs equal a fresh forward pass over the finished sequences (ratio = 1)."""
+    model, tok = nano
+    ro, _ = _rollout(model, tok, group_size=4, temperature=2.0, generator=torch.Generator().manual_seed(0))
+    logp, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                  temperature=2.0)
+    m = ro.completion_mask.bool()
+    assert torch.allclose(logp[m], ro.logp[m], atol=1e-5)
+    assert ro.completion_ids.shape[0] == 12 and ro.truncated.dtype == torch.bool
+    # a row ends at its first eos: nothing is generated after it
+    for ids, mask, trunc in zip(ro.completion_ids, ro.completion_mask, ro.truncated):
+        n = int(mask.sum())
+        assert trunc == (tok.eos_token_id not in ids[:n].tolist())
+        assert (ids[n:] == tok.pad_token_id).all()
+
+
+def test_group_logprobs_equal_full_forward_and_backprop(nano):
+    model, tok = nano
+    ro, _ = _rollout(model, tok, group_size=3, temperature=1.5, generator=torch.Generator().manual_seed(1))
+    full, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    shared, ent = group_logprobs(model, ro.prompt_ids[::3], ro.prompt_mask[::3], ro.completion_ids,
+                                 ro.completion_mask, 3, with_entropy=True)
+    m = ro.completion_mask.bool()
+    assert torch.allclose(full[m], shared[m], atol=1e-5)
+    assert (ent[m] > 0).all()
+    shared[m].sum().backward()
+    assert model.model.embed_tokens.weight.grad.abs().sum() > 0
+    model.zero_grad()
+
+
+def test_greedy_is_deterministic_and_seeded_sampling_reproducible(nano):
+    model, tok = nano
+    a, _ = _rollout(model, tok, greedy=True)
+    b, _ = _rollout(model, tok, greedy=True)
+    assert torch.equal(a.completion_ids, b.completion_ids)
+    c, _ = _rollout(model, tok, group_size=2, generator=torch.Generator().manual_seed(5))
+    d, _ = _rollout(model, tok, group_size=2, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(c.completion_ids, d.completion_ids)
+
+
+def test_top_p_keeps_only_the_nucleus():
+    from cotrain.models.generate import _top_p_filter
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = _top_p_filter(logits, 0.7).isfinite()
+    # 0.5 alone is below 0.7, 0.5 + 0.3 crosses it: the first two tokens stay
+    assert kept.tolist() == [[True, True, False, False]]
