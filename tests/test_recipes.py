@@ -128,3 +128,22 @@ def test_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
     assert a == b
     strip = lambda rows: [{k: v for k, v in r.items() if k != "time" and not k.startswith("time/")} for r in rows]  # noqa: E731
     assert strip(_rows(tmp_path / "full")) == strip(_rows(tmp_path / "killed"))
+
+
+def test_sft_stops_at_target_accuracy_and_resume_keeps_it_stopped(tmp_path):
+    """With stop_at_acc the run ends at the first check whose held-out train-split accuracy reaches it;
+    resuming the stopped run does not train further."""
+    from cotrain.recipes import sft
+
+    raw = nano_config("sft", train={"steps": 400, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20,
+                                    "stop_at_acc": 0.1}, eval={"every": 25, "n_during": 50, "k": 0, "n": 20},
+                      checkpoint={"every": 0})
+    sft.run(build_config(raw), tmp_path)
+    rows = [r for r in _rows(tmp_path) if "eval/val/pass@1" in r]
+    assert rows[-1]["eval/val/pass@1"] >= 0.1 and all(r["eval/val/pass@1"] < 0.1 for r in rows[:-1])
+    stopped_at = rows[-1]["step"]
+    assert stopped_at < 400 and stopped_at % 25 == 0
+    before = (tmp_path / "eval.json").read_text()
+    sft.run(build_config(raw), tmp_path, resume=True)
+    assert max(r["step"] for r in _rows(tmp_path)) == stopped_at
+    assert (tmp_path / "eval.json").read_text() == before

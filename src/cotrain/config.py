@@ -56,6 +56,9 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping by global norm.")
     bf16: bool = Field(True, description="torch.autocast to bfloat16 for forward passes (CPU and GPU).")
     n_problems: int | None = Field(20000, ge=1, description="Training problems drawn from the train split (null: all).")
+    stop_at_acc: float | None = Field(None, gt=0, le=1, description=(
+        "SFT: stop once greedy pass@1 on held-out train-split problems (eval.n_during of them, never the "
+        "test split) reaches this; checked every eval.every steps."))
 
 
 class GrpoConfig(_Section):

@@ -27,6 +27,14 @@ def _complete(model, tokenizer, problems: list[Problem], repeats: int, *, greedy
     return texts, truncated, lengths
 
 
+def greedy_accuracy(model, tokenizer, task: Task, problems: list[Problem], *, max_new_tokens: int,
+                    batch_size: int = 256, bf16: bool = False) -> float:
+    """Fraction of `problems` whose greedy completion is graded correct."""
+    texts, _, _ = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
+                            max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, generator=None)
+    return sum(task.grade(t, p) for t, p in zip(texts, problems)) / len(problems)
+
+
 def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, split: str, *,
                    n: int, k: int = 0, n_sampled: int = 0, temperature: float = 1.0, max_new_tokens: int = 48,
                    batch_size: int = 256, bf16: bool = False) -> dict[str, float]:

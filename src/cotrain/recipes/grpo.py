@@ -53,7 +53,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model.to(device()).train()
     # The frozen reference is the starting model; none is built when beta == 0.
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if g.beta > 0 else None
-    pool = training_pool(task, cfg, cfg.train.n_problems)
+    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="grpo")
@@ -129,4 +129,4 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                                        **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
         maybe_checkpoint(cfg, session, step, roles)
 
-    return finish(cfg, session, model, tokenizer, task)
+    return finish(cfg, session, model, tokenizer, task, cfg.train.steps)

@@ -5,6 +5,12 @@ solution (steps, final answer line, eos) given the generator prompt; the loss is
 completion tokens (prompt tokens are not trained). Works for from-scratch presets and pretrained
 models (their chat template wraps the prompt).
 
+Stopping rule: with `train.stop_at_acc`, training ends once greedy pass@1 on held-out problems of the
+*train* split (disjoint from the training pool; the test split is never looked at) reaches the
+target. A warm-up for RL should stop before it converges so that RL has room to improve, and the
+step at which a small model "gets" arithmetic varies with the seed: stopping at an accuracy rather
+than a step count hands every seed's RL stage the same starting point.
+
 Run:  cotrain run configs/sft.yaml --out runs/sft
 """
 from __future__ import annotations
@@ -19,7 +25,7 @@ from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.rl.losses import masked_mean
 from cotrain.runs.session import (build_task, device, eval_kwargs, finish, initial_model, make_optimizer,
                                   maybe_checkpoint, open_session, sample_batch, training_pool)
-from cotrain.eval.evaluate import evaluate_split
+from cotrain.eval.evaluate import evaluate_split, greedy_accuracy
 from cotrain.errors import UserError
 
 
@@ -40,7 +46,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     task = build_task(cfg)
     model, tokenizer = initial_model(cfg)
     model.to(device()).train()
-    pool = [p for p in training_pool(task, cfg, cfg.train.n_problems) if p.solution]
+    n_val = cfg.eval.n_during if cfg.train.stop_at_acc else 0
+    pool, val = training_pool(task, cfg, cfg.train.n_problems, n_val)
+    pool = [p for p in pool if p.solution]
     if not pool:
         raise UserError(f"task {cfg.task.name} has no reference solutions to fine-tune on")
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
@@ -48,7 +56,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     session = open_session(cfg, run_dir, resume, roles, desc="sft")
 
     # ------------------------------------------------------------------ loop
+    step = session.start_step
     for step in range(session.start_step + 1, cfg.train.steps + 1):
+        if session.stopped:  # resumed after the stopping rule fired: nothing left to train
+            step -= 1
+            break
         t0 = time.time()
         batch = sample_batch(pool, cfg.train.batch_size, cfg.seed, step)
         prompt_ids, prompt_mask = left_pad(encode_generator_prompts(tokenizer, [p.question for p in batch]),
@@ -67,15 +79,25 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- log / eval / checkpoint
         metrics = {"gen/loss": loss.item(), "gen/grad_norm": grad_norm.item(), "gen/lr": sched.get_last_lr()[0],
                    "tokens/gen_train": int(target_mask.sum()), "time/step": time.time() - t0}
+        stop = False
         if cfg.eval.every and step % cfg.eval.every == 0:
             split = cfg.eval.splits[0]
             m = evaluate_split(model, tokenizer, task, split, n=cfg.eval.n_during, **{**eval_kwargs(cfg), "k": 0})
             metrics[f"eval/{split}/pass@1"] = m["pass@1"]
+            if val:
+                kw = eval_kwargs(cfg)
+                val_acc = greedy_accuracy(model, tokenizer, task, val, max_new_tokens=kw["max_new_tokens"],
+                                          batch_size=kw["batch_size"], bf16=kw["bf16"])
+                metrics["eval/val/pass@1"] = val_acc
+                stop = val_acc >= cfg.train.stop_at_acc
             model.train()
-        if step % cfg.log.every == 0 or step == cfg.train.steps:
+        if step % cfg.log.every == 0 or step == cfg.train.steps or stop:
             session.logger.log(step, metrics)
         session.progress.update(step, {"loss": metrics["gen/loss"],
                                        **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
-        maybe_checkpoint(cfg, session, step, roles)
+        maybe_checkpoint(cfg, session, step, roles, stop=stop)
+        if stop:
+            break
 
-    return finish(cfg, session, model, tokenizer, task)
+    return finish(cfg, session, model, tokenizer, task, step)
+

@@ -60,11 +60,13 @@ def build_task(cfg: RunConfig) -> Task:
     return make_task(cfg.task.name, **cfg.task.options())
 
 
-def training_pool(task: Task, cfg: RunConfig, n: int | None) -> list[Problem]:
-    pool = task.problems("train", n, seed=cfg.seed)
+def training_pool(task: Task, cfg: RunConfig, n: int | None, n_val: int = 0) -> tuple[list[Problem], list[Problem]]:
+    """Training problems and `n_val` held-out problems of the train split (disjoint from the pool)."""
+    problems = task.problems("train", None if n is None else n + n_val, seed=cfg.seed)
+    pool, val = (problems[:-n_val], problems[-n_val:]) if n_val else (problems, [])
     if not pool:
         raise UserError(f"task {cfg.task.name} has no training problems")
-    return pool
+    return pool, val
 
 
 def sample_batch(pool: list, size: int, seed: int, step: int) -> list:
@@ -82,6 +84,7 @@ class Session:
     logger: MetricsLogger
     progress: Progress
     start_step: int
+    stopped: bool = False  # the run ended early (a stopping rule fired) before its last checkpoint
 
 
 def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict, desc: str) -> Session:
@@ -92,23 +95,24 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
     """
     run_dir = prepare_run_dir(run_dir, resume=resume)
     write_config(run_dir, cfg.to_dict())
-    start = 0
+    start, stopped = 0, False
     ckpts = list_checkpoints(run_dir) if resume else []
     if ckpts:
         ckpt = ckpts[-1]
         for role, (model, _, _, _) in roles.items():
             saved, _ = load_model(ckpt / role)
             model.load_state_dict(saved.state_dict())
-        start = load_checkpoint_state(ckpt, roles)["step"]
+        state = load_checkpoint_state(ckpt, roles)
+        start, stopped = state["step"], state.get("stopped", False)
     logger = MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None)
     progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress, desc=desc)
-    return Session(run_dir, logger, progress, start)
+    return Session(run_dir, logger, progress, start, stopped)
 
 
-def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict) -> None:
-    last = step == cfg.train.steps
-    if last or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
-        save_checkpoint(session.run_dir, step, roles, {}, cfg.checkpoint.keep_last)
+def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict, stop: bool = False) -> None:
+    """Checkpoint every `checkpoint.every` steps, at the last step, and when a stopping rule fires."""
+    if stop or step == cfg.train.steps or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
+        save_checkpoint(session.run_dir, step, roles, {"stopped": stop}, cfg.checkpoint.keep_last)
 
 
 def eval_kwargs(cfg: RunConfig) -> dict:
@@ -118,7 +122,7 @@ def eval_kwargs(cfg: RunConfig) -> dict:
                 bf16=cfg.train.bf16)
 
 
-def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task) -> dict:
+def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step: int) -> dict:
     """Save the final model, evaluate every split, write eval.json and plots."""
     from cotrain.models.build import save_model
 
@@ -128,7 +132,7 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task) -> di
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
                                                **eval_kwargs(cfg))}
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
-    session.logger.log(cfg.train.steps, row)
+    session.logger.log(step, row)
     session.logger.close()
     write_json_atomic(session.run_dir / "eval.json", results)
     try:
