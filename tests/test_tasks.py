@@ -3,6 +3,7 @@ corrupted chains and their step labels, answer extraction tables, the file tasks
 the time-bounded math-verify grader, reasoning-gym, and fuzzing that no string makes a grader raise."""
 import json
 import random
+import re
 import time
 
 import pytest
@@ -91,7 +92,11 @@ def test_arith_generation_is_fast():
 
 
 def test_arith_ood_uses_the_ood_knobs():
-    assert {len(p.steps) for p in ArithTask().problems("ood", 200)} == {4}
+    # default ood: the same number of operations, operands up to ceil(1.5 * 99) = 149
+    default = ArithTask().problems("ood", 300)
+    assert {len(p.steps) for p in default} == {2, 3}
+    assert max(int(x) for p in default for x in re.findall(r"\d+", p.question)) > 99
+    assert {len(p.steps) for p in ArithTask(ood_n_ops=(4, 4)).problems("ood", 200)} == {4}
 
 
 @pytest.mark.parametrize("options", [
