@@ -96,3 +96,22 @@ def test_eval_and_plot_commands(sft_run, tmp_path, capsys):
     capsys.readouterr()
     assert main(["plot", str(start), "--out", str(tmp_path / "plots")]) == 0
     assert (tmp_path / "plots" / "curves.png").stat().st_size > 10_000
+
+
+def test_demo_contract(tmp_path, capsys):
+    """`cotrain demo --out DIR` leaves DIR/sft and DIR/grpo with their eval.json, GRPO starting from SFT,
+    and a combined plot; a second call reuses finished stages."""
+    out = tmp_path / "demo"
+    small = ["model.preset=nano", "train.steps=4", "train.batch_size=16", "train.stop_at_acc=null",
+             "grpo.group_size=4", "grpo.max_new_tokens=8", "eval.n=8", "eval.k=0", "eval.every=2",
+             "eval.n_during=8", "checkpoint.every=2", "log.progress=false", "log.tensorboard=false"]
+    assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0
+    for stage in ("sft", "grpo"):
+        assert set(json.loads((out / stage / "eval.json").read_text())["generator"]) == {"test", "ood"}
+        assert yaml.safe_load((out / stage / "config.yaml").read_text())["seed"] == 3
+    assert yaml.safe_load((out / "grpo" / "config.yaml").read_text())["init"] == str(out / "sft")
+    assert (out / "curves.png").is_file() and (out / "eval.png").is_file()
+    printed = capsys.readouterr().out
+    assert "demo results" in printed
+    assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0
+    assert "already finished" in capsys.readouterr().out
