@@ -74,9 +74,10 @@ def test_grpo_variants_run(sft_run, tmp_path, overrides):
         assert all(math.isfinite(r["gen/clip_ratio"]) for r in rows)
 
 
-# Fixed-seed regression: these figures are what this code produced on CPU; a change to any of
-# them means the algorithm's numbers changed, which must be deliberate.
-GOLDEN = {"reward_step1": None, "loss_step6": None}
+# Fixed-seed regression: what this code produced on CPU (seed 0, the nano world of conftest.py).
+# A change to any of them means the numbers of the algorithm changed, which must be deliberate.
+GOLDEN_REWARDS = [0.25, 0.125, 0.0625, 0.125, 0.0, 0.0625]
+GOLDEN_TEST = {"pass@1": 0.025, "len_mean": 13.05, "truncated_ratio": 0.075}
 
 
 def test_grpo_fixed_seed_regression(sft_run, tmp_path):
@@ -89,6 +90,9 @@ def test_grpo_fixed_seed_regression(sft_run, tmp_path):
     rb = [r for r in _rows(tmp_path / "b") if "gen/reward" in r]
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time")} for r in rows]  # noqa: E731
     assert strip(ra) == strip(rb), "same seed, different metrics"
+    assert [r["gen/reward"] for r in ra] == GOLDEN_REWARDS
+    got = json.loads((tmp_path / "a" / "eval.json").read_text())["generator"]["test"]
+    assert {k: got[k] for k in GOLDEN_TEST} == pytest.approx(GOLDEN_TEST)
     assert json.loads((tmp_path / "a" / "eval.json").read_text()) == json.loads((tmp_path / "b" / "eval.json").read_text())
     cfg3 = build_config(nano_config("grpo", init=str(start), seed=1))
     grpo.run(cfg3, tmp_path / "c")

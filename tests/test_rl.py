@@ -118,3 +118,28 @@ def test_pass_at_k(n, c, k, expected):
 ])
 def test_majority_answer(answers, expected):
     assert majority_answer(answers) == expected
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_subset_with_batch_normalisers_equals_full_batch(loss_type):
+    """Rows whose per-token loss is zero can be dropped if the batch's normalisers are kept.
+    Rows 1 and 3 have zero loss; the subset {0, 2} with N=4, T=3 and the batch token count gives the
+    full-batch value: e.g. dapo = (1+2 + 3) / 7 tokens."""
+    per_token = torch.tensor([[1.0, 2.0, 0.0], [0.0, 0.0, 0.0], [3.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
+    full = aggregate(per_token, mask, loss_type)
+    sub = aggregate(per_token[[0, 2]], mask[[0, 2]], loss_type, num_sequences=4, num_tokens=7, max_len=3)
+    assert sub.item() == pytest.approx(full.item())
+    expected = {"grpo": (1.5 + 0 + 3 + 0) / 4, "dr_grpo": 6 / 12, "dapo": 6 / 7}[loss_type]
+    assert full.item() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("advantages, beta, expected", [
+    ([0.0, 0.0, 1.0, -1.0, 0.0, 0.0], 0.0, [1]),        # only the middle group has signal
+    ([0.0, 0.0, 1.0, -1.0, 0.0, 0.0], 0.1, [0, 1, 2]),  # KL makes every group count
+    ([0.0] * 6, 0.0, []),                                # nothing to learn from
+])
+def test_contributing_groups(advantages, beta, expected):
+    from cotrain.rl.losses import contributing_groups
+
+    assert contributing_groups(torch.tensor(advantages), 2, beta).tolist() == expected

@@ -99,7 +99,7 @@ def cmd_demo(args) -> int:
         else:
             results[name] = _recipe(cfg.recipe).run(cfg, out / name, resume=args.resume or (out / name / "checkpoints").exists())
         prev = out / name
-    plot_runs([out / name for name in stages], out_dir=out)
+    plot_runs([out / name for name in stages], out_dir=out, chain=True)
     print("\n== demo results (greedy pass@1)")
     splits = sorted({s for r in results.values() for s in r["generator"]})
     print(f"{'stage':<8}" + "".join(f"{s:>10}" for s in splits))

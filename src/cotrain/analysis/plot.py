@@ -239,7 +239,7 @@ def _window(n_points: int, smooth: int) -> int:
 # --------------------------------------------------------------------------- plotting
 
 
-def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0) -> list[Path]:
+def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0, chain: bool = False) -> list[Path]:
     """Plot the learning curves (and eval results, where present) of one or more runs.
 
     Writes `curves.png` (one panel per metric family any run logged: reward, accuracy, eval pass@1,
@@ -254,6 +254,8 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
         smooth: moving-average window in steps. 0 = automatic (about steps/20 for curves with more than
             50 points, none below that); 1 = no smoothing. A smoothed curve is drawn solid over its
             faint raw line.
+        chain: the runs are consecutive stages of one pipeline (e.g. SFT then GRPO): each run's steps
+            are shifted to start where the previous run's last step ended.
 
     Returns:
         The paths of the PNGs written.
@@ -277,8 +279,16 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
         if not run.series:
             log.warning("no metrics to plot in %s; leaving it out of curves.png", run_dir)
         runs.append(run)
+    if chain:
+        offset = 0.0
+        for run in runs:
+            run.series = {k: (x + offset, y) for k, (x, y) in run.series.items()}
+            offset = max((x.max() for x, _ in run.series.values() if len(x)), default=offset)
 
-    panels = [p for p in _PANELS if any(_role_keys(run, p.metric) for run in runs)]
+    def logged(run: _Run, metric: str) -> bool:  # a curve that is zero throughout (KL at beta 0) says nothing
+        return any(np.any(run.series[k][1] != 0) for k in _role_keys(run, metric))
+
+    panels = [p for p in _PANELS if any(logged(run, p.metric) for run in runs)]
     if any(_eval_keys(run) for run in runs):
         panels.insert(min(2, len(panels)), _EVAL_PANEL)  # next to training accuracy
     has_eval = any(run.evals for run in runs)

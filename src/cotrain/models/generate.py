@@ -20,6 +20,7 @@ class Rollout:
     completion_ids: torch.Tensor   # [N, T] right-padded with pad_id
     completion_mask: torch.Tensor  # [N, T] 1 on generated tokens up to and including eos
     logp: torch.Tensor             # [N, T] log-prob of each sampled token under the sampling distribution
+    entropy: torch.Tensor          # [N, T] entropy of the sampling distribution at each step
     truncated: torch.Tensor        # [N] True when no eos was produced within max_new_tokens
 
     @property
@@ -83,6 +84,7 @@ def generate(
     n = len(prompts) * group_size
     out_ids = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
     out_logp = torch.zeros((n, max_new_tokens))
+    out_entropy = torch.zeros((n, max_new_tokens))
     out_mask = torch.zeros((n, max_new_tokens), dtype=torch.long)
     truncated = torch.ones(n, dtype=torch.bool)
 
@@ -111,6 +113,8 @@ def generate(
             tokens = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
         out_ids[live, t] = tokens.cpu()
         out_logp[live, t] = logp_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
+        p_logp = torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0)  # 0 * -inf -> 0
+        out_entropy[live, t] = -p_logp.sum(-1).cpu()
         out_mask[live, t] = 1
         ended = (tokens == eos_id).cpu()
         truncated[live[ended]] = False
@@ -128,7 +132,7 @@ def generate(
     width = int(out_mask.sum(-1).max().item()) if n else 0
     model.train(was_training)
     return Rollout(prompt_ids, prompt_mask, out_ids[:, :width], out_mask[:, :width],
-                   out_logp[:, :width], truncated)
+                   out_logp[:, :width], out_entropy[:, :width], truncated)
 
 
 def completion_logprobs(

@@ -9,7 +9,11 @@ Algorithm (Shao et al. 2024, with the DAPO / Dr. GRPO options of TRL):
   optimizer steps each; old log-probs come from a no-grad pass before the first update (or equal
   the current ones when there is one pass and one minibatch, so rho = 1 as in TRL).
 Deviations: none from TRL's GRPOTrainer defaults except `beta = 0` (no reference model, as in
-DAPO and recent TRL) and advantages from exact binary rewards.
+DAPO and recent TRL). Two exact savings: each prompt is run once per group (its KV cache is shared
+by the G completions, in rollouts and in the training forward), and with beta = 0 the groups whose
+rewards are all equal, whose gradient is exactly zero, are not run through the update at all (the
+loss keeps the whole batch's normalisers). `gen/entropy` is the sampler's entropy over all rows;
+`gen/clip_ratio` and `gen/kl` are over the trained groups.
 
 Run:  cotrain run configs/smoke.yaml --out runs/smoke
 """
@@ -24,18 +28,28 @@ from cotrain.config import RunConfig
 from cotrain.eval.evaluate import evaluate_split
 from cotrain.models.generate import generate, group_logprobs
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.rl.losses import grpo_loss, group_advantages, masked_mean
+from cotrain.rl.losses import contributing_groups, grpo_loss, group_advantages, masked_mean
 from cotrain.runs.session import (build_task, derive_seed, device, eval_kwargs, finish, initial_model,
                                   make_optimizer, maybe_checkpoint, open_session, sample_batch, training_pool)
 
 
-def _logprobs(model, ro, groups: torch.Tensor, cfg: RunConfig, with_entropy: bool = False):
+def _logprobs(model, ro, groups: torch.Tensor, cfg: RunConfig):
     """Log-probs [b*G, T] of the completions of `groups` (indices of prompts), each prompt run once."""
     g = cfg.grpo.group_size
     rows = (groups[:, None] * g + torch.arange(g)).reshape(-1)                  # [b*G]
     return group_logprobs(model, ro.prompt_ids[groups * g], ro.prompt_mask[groups * g], ro.completion_ids[rows],
-                          ro.completion_mask[rows], g, temperature=cfg.grpo.temperature, bf16=cfg.train.bf16,
-                          with_entropy=with_entropy), rows
+                          ro.completion_mask[rows], g, temperature=cfg.grpo.temperature,
+                          bf16=cfg.train.bf16), rows
+
+
+def zero_grads(model: torch.nn.Module) -> None:
+    """Zero gradients that exist as tensors even when no backward pass follows: a step that trains no
+    group must still step AdamW's moments, exactly as the zero gradient of the full batch would."""
+    for p in model.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        else:
+            p.grad.zero_()
 
 
 @torch.no_grad()
@@ -80,27 +94,37 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             mask[ro.truncated] = 0
 
         # -------------------------------------------------------------- loss and update
+        # With beta == 0, groups whose rewards are all equal have zero advantage on every token and
+        # add exactly zero to the gradient: they are left out of the forward and backward passes,
+        # and the loss keeps the normalisers of the whole minibatch, so the update is unchanged.
         t1 = time.time()
-        minibatches = torch.arange(n_prompts).chunk(g.num_minibatches)                # whole groups each
+        width = ro.completion_ids.shape[1]
+        active = set(contributing_groups(advantages, g.group_size, g.beta).tolist())
+        minibatches = [[i for i in mb.tolist()] for mb in torch.arange(n_prompts).chunk(g.num_minibatches)]
+        trained = [torch.tensor([i for i in mb if i in active], dtype=torch.long) for mb in minibatches]
         reuse = g.num_iterations > 1 or g.num_minibatches > 1
-        old_logp = torch.cat([_logprobs_no_grad(model, ro, mb, cfg) for mb in minibatches]) if reuse else None
-        ref_logp = torch.cat([_logprobs_no_grad(ref_model, ro, mb, cfg) for mb in minibatches]) if ref_model else None
+        old_logp = [_logprobs_no_grad(model, ro, t, cfg) if reuse and len(t) else None for t in trained]
+        ref_logp = [_logprobs_no_grad(ref_model, ro, t, cfg) if ref_model and len(t) else None for t in trained]
         stats: dict[str, list[float]] = {}
         for _ in range(g.num_iterations):
-            for groups in minibatches:
-                (logp, entropy), mb = _logprobs(model, ro, groups, cfg, with_entropy=True)    # [b*G, T]
-                loss, st = grpo_loss(
-                    logp, old_logp[mb] if reuse else logp.detach(), advantages[mb], mask[mb],
-                    epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,
-                    ref_logp=ref_logp[mb] if ref_logp is not None else None, loss_type=g.loss_type)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
+            for k, (mb, groups) in enumerate(zip(minibatches, trained)):
+                mb_rows = [i * g.group_size + j for i in mb for j in range(g.group_size)]
+                zero_grads(model)
+                st = {"loss": 0.0, "clip_ratio": 0.0, "clip_ratio/low": 0.0, "clip_ratio/high": 0.0, "kl": 0.0}
+                if len(groups):
+                    (logp, _), rows = _logprobs(model, ro, groups, cfg)                     # [b*G, T]
+                    loss, st = grpo_loss(
+                        logp, old_logp[k] if reuse else logp.detach(), advantages[rows], mask[rows],
+                        epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta, ref_logp=ref_logp[k],
+                        loss_type=g.loss_type, num_sequences=len(mb_rows), num_tokens=int(mask[mb_rows].sum()),
+                        max_len=width)
+                    loss.backward()
+                    st["loss"] = loss.item()
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
                 opt.step()
-                st.update(loss=loss.item(), grad_norm=grad_norm.item(),
-                          entropy=masked_mean(entropy, ro.completion_mask[mb]).item())
-                for k, v in st.items():
-                    stats.setdefault(k, []).append(v)
+                st["grad_norm"] = grad_norm.item()
+                for key, v in st.items():
+                    stats.setdefault(key, []).append(v)
         sched.step()
         t_update = time.time() - t1
 
@@ -113,10 +137,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/acc": (rewards >= 1).float().mean().item(),
             "gen/len_mean": ro.lengths.float().mean().item(),
             "gen/len_clipped_ratio": ro.truncated.float().mean().item(),
+            "gen/entropy": masked_mean(ro.entropy, ro.completion_mask).item(),  # of the sampler, all rows
+            "gen/frac_groups_trained": len(active) / n_prompts,
             "gen/lr": sched.get_last_lr()[0],
             **{f"gen/{k}": sum(v) / len(v) for k, v in stats.items()},
             "tokens/gen_generated": int(ro.completion_mask.sum()),
-            "tokens/gen_trained": int(mask.sum()) * g.num_iterations,
+            "tokens/gen_trained": sum(int(mask[i * g.group_size:(i + 1) * g.group_size].sum()) for i in active)
+            * g.num_iterations,
             "time/gen": t_gen, "time/update": t_update, "time/step": time.time() - t0,
         }
         if cfg.eval.every and step % cfg.eval.every == 0:

@@ -37,20 +37,45 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, num_sequences: int | None = None,
+              num_tokens: int | None = None, max_len: int | None = None) -> torch.Tensor:
     """Reduce a per-token loss [N, T] to a scalar.
 
     grpo: mean over sequences of each sequence's token mean; dr_grpo: token sum / (N * T);
     dapo: token sum / number of tokens.
+
+    The normalisers N, T and the token count default to those of the tensors given. Passing those
+    of a larger batch makes the loss of a subset equal to that subset's share of the batch loss, so
+    sequences known to contribute zero (zero advantage, no KL) can be left out of the computation.
     """
     mask = mask.to(per_token.dtype)
+    n = per_token.shape[0] if num_sequences is None else num_sequences
     if loss_type == "grpo":
-        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / max(n, 1)
     if loss_type == "dr_grpo":
-        return (per_token * mask).sum() / (per_token.shape[0] * per_token.shape[1])
+        t = per_token.shape[1] if max_len is None else max_len
+        return (per_token * mask).sum() / max(n * t, 1)
     if loss_type == "dapo":
-        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+        tokens = mask.sum().clamp(min=1) if num_tokens is None else max(num_tokens, 1)
+        return (per_token * mask).sum() / tokens
     raise ValueError(f"loss_type must be grpo, dr_grpo or dapo, got {loss_type!r}")
+
+
+def contributing_groups(advantages: torch.Tensor, group_size: int, beta: float) -> torch.Tensor:
+    """Indices of the groups whose tokens can have a non-zero loss gradient.
+
+    With beta == 0 a group whose advantages are all zero (all rewards equal) contributes exactly zero;
+    with beta > 0 every group contributes through the KL term.
+
+    Args:
+        advantages: [B*G] or [B*G, T].
+    Returns:
+        [b] indices of groups in 0..B-1.
+    """
+    per_group = advantages.reshape(-1, group_size, *advantages.shape[1:]).abs().flatten(1).amax(1)  # [B]
+    if beta > 0:
+        return torch.arange(per_group.shape[0])
+    return (per_group > 0).nonzero().squeeze(-1)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -69,6 +94,9 @@ def grpo_loss(
     beta: float = 0.0,
     ref_logp: torch.Tensor | None = None,
     loss_type: str = "grpo",
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
+    max_len: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level PPO-clip loss with an optional k3 KL penalty.
 
@@ -80,6 +108,8 @@ def grpo_loss(
         advantages: [N] (one per sequence) or [N, T] (per token, e.g. with process rewards).
         mask: [N, T] 1 on completion tokens that count.
         ref_logp: [N, T] under the frozen reference; required when beta > 0.
+        num_sequences, num_tokens, max_len: normalisers of the whole batch when these rows are a
+            subset of it (see `aggregate`).
     Returns:
         (loss, stats) with stats kl, clip_ratio (low, high, region) as floats.
     """
@@ -93,7 +123,7 @@ def grpo_loss(
         assert ref_logp is not None, "beta > 0 needs ref_logp"
         kl = kl_k3(logp, ref_logp)
         per_token = per_token + beta * kl
-    loss = aggregate(per_token, mask, loss_type)
+    loss = aggregate(per_token, mask, loss_type, num_sequences=num_sequences, num_tokens=num_tokens, max_len=max_len)
     with torch.no_grad():
         low = (ratio < 1 - epsilon) & (adv < 0)     # clipped from below: the min took the clipped term
         high = (ratio > 1 + eps_high) & (adv > 0)
