@@ -90,3 +90,31 @@ def test_top_p_keeps_only_the_nucleus():
     kept = _top_p_filter(logits, 0.7).isfinite()
     # 0.5 alone is below 0.7, 0.5 + 0.3 crosses it: the first two tokens stay
     assert kept.tolist() == [[True, True, False, False]]
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_pretrained_path_with_chat_template_runs_grpo(nano, tmp_path):
+    """`model.path` loads a saved causal LM with its chat template; prompts go through the template."""
+    from cotrain.config import build_config
+    from cotrain.models.prompts import encode_generator_prompts, uses_chat
+    from cotrain.recipes import grpo
+    from tests.conftest import nano_config
+
+    model, tok = nano
+    tok.chat_template = CHAT_TEMPLATE
+    save_model(model, tok, tmp_path / "chat_model")
+    tok.chat_template = None
+    loaded_model, loaded_tok = load_model(tmp_path / "chat_model")
+    assert uses_chat(loaded_tok)
+    ids = encode_generator_prompts(loaded_tok, ["1+2"])[0]
+    text = loaded_tok.decode(ids, skip_special_tokens=True)
+    assert text.startswith("<user>Solve the problem step by step") and text.endswith("Problem: 1+2\n<assistant>")
+    raw = nano_config("grpo", model={"path": str(tmp_path / "chat_model")}, train={"steps": 2},
+                      grpo={"max_new_tokens": 8}, eval={"n": 4, "k": 0})
+    raw["model"] = {"path": str(tmp_path / "chat_model")}
+    results = grpo.run(build_config(raw), tmp_path / "run")
+    assert 0.0 <= results["generator"]["test"]["pass@1"] <= 1.0
+    assert (tmp_path / "run" / "final" / "generator" / "tokenizer_config.json").is_file()
