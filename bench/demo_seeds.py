@@ -1,0 +1,82 @@
+"""The demo's result over several seeds: greedy pass@1 of SFT and of GRPO started from it, per split,
+with the mean and spread of the GRPO gain.
+
+    python bench/demo_seeds.py                 # seeds 0 1 2, three at a time, into runs/seeds/
+    python bench/demo_seeds.py --seeds 0 1 2 3 4 --jobs 2
+
+Each seed is `cotrain demo --seed S --out OUT/sS` in its own process (one thread each when several run
+at once). Finished stages are reused, so a second call only prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_seeds(seeds: list[int], out: Path, jobs: int) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    if jobs > 1:
+        env["OMP_NUM_THREADS"] = "1"
+    pending, running = list(seeds), {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            seed = pending.pop(0)
+            log = open(out / f"s{seed}.log", "w")
+            cmd = [sys.executable, "-m", "cotrain", "demo", "--seed", str(seed), "--out", str(out / f"s{seed}"),
+                   "log.progress=false"]
+            running[seed] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log, time.time())
+            print(f"seed {seed}: started (log {out / f's{seed}.log'})", flush=True)
+        for seed, (proc, log, t0) in list(running.items()):
+            if proc.poll() is not None:
+                log.close()
+                del running[seed]
+                status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+                print(f"seed {seed}: {status} in {time.time() - t0:.0f} s", flush=True)
+        time.sleep(2)
+
+
+def table(seeds: list[int], out: Path) -> str:
+    rows, gains = [], {}
+    for seed in seeds:
+        try:
+            sft = json.loads((out / f"s{seed}" / "sft" / "eval.json").read_text())["generator"]
+            grpo = json.loads((out / f"s{seed}" / "grpo" / "eval.json").read_text())["generator"]
+        except FileNotFoundError:
+            rows.append(f"| {seed} | (missing) | | | |")
+            continue
+        steps = max(json.loads(line)["step"] for line in (out / f"s{seed}" / "sft" / "metrics.jsonl").open())
+        cells = []
+        for split in ("test", "ood"):
+            a, b = sft[split]["pass@1"], grpo[split]["pass@1"]
+            gains.setdefault(split, []).append(b - a)
+            cells.append(f"{a:.3f} → {b:.3f} ({100 * (b - a):+.1f})")
+        rows.append(f"| {seed} | {steps} | " + " | ".join(cells) + " |")
+    lines = ["| seed | SFT steps | test: SFT → GRPO (points) | ood: SFT → GRPO (points) |", "|---|---|---|---|", *rows]
+    for split, g in gains.items():
+        sd = statistics.stdev(g) if len(g) > 1 else 0.0
+        lines.append(f"\n{split}: GRPO gain over SFT, mean {100 * statistics.mean(g):+.1f} points, "
+                     f"sd {100 * sd:.1f}, min {100 * min(g):+.1f}, max {100 * max(g):+.1f} (n={len(g)} seeds)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--jobs", type=int, default=3, help="seeds run at once (one thread each when > 1)")
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "seeds")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_seeds(args.seeds, args.out, args.jobs)
+    print(table(args.seeds, args.out))
+
+
+if __name__ == "__main__":
+    main()
