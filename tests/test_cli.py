@@ -35,6 +35,7 @@ def _fails(argv, capsys, message):
     (["train.batch_size=10", "grpo.group_size=4"], "divisible by grpo.group_size"),
     (["task.name=arithmetic"], "did you mean 'arith'"),                    # unknown task
     (["task.n_opz=[1,2]"], "n_ops"),                                       # unknown task option
+    (["eval.splits=[]"], "eval.splits"),                                   # nothing to evaluate
     (["model.path=/tmp"], "not a model directory"),                        # a path that is not a model
 ])
 def test_run_user_errors(tmp_path, capsys, overrides, message):
@@ -63,6 +64,7 @@ def test_argument_errors_are_one_line(capsys):
     _fails(["run"], capsys, "required")
     _fails(["plot", "/nonexistent/run"], capsys, "not a run directory")
     _fails(["eval", "/nonexistent/model", "--task", "arith"], capsys, "no model found")
+    _fails(["eval", "/nonexistent/model", "--task", "arith", "--n", "-5"], capsys, "eval.n")
 
 
 def test_real_process_prints_no_traceback(tmp_path):

@@ -118,3 +118,12 @@ def test_pretrained_path_with_chat_template_runs_grpo(nano, tmp_path):
     results = grpo.run(build_config(raw), tmp_path / "run")
     assert 0.0 <= results["generator"]["test"]["pass@1"] <= 1.0
     assert (tmp_path / "run" / "final" / "generator" / "tokenizer_config.json").is_file()
+
+
+def test_group_logprobs_with_single_token_completions(nano):
+    model, tok = nano
+    ro, _ = _rollout(model, tok, group_size=2, generator=torch.Generator().manual_seed(0))
+    one = ro.completion_ids[:, :1]
+    logp, _ = group_logprobs(model, ro.prompt_ids[::2], ro.prompt_mask[::2], one, torch.ones_like(one), 2)
+    full, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, one, torch.ones_like(one))
+    assert logp.shape == (6, 1) and torch.allclose(logp, full, atol=1e-5)

@@ -143,3 +143,16 @@ def test_contributing_groups(advantages, beta, expected):
     from cotrain.rl.losses import contributing_groups
 
     assert contributing_groups(torch.tensor(advantages), 2, beta).tolist() == expected
+
+
+def test_majority_with_answer_equivalence():
+    """"1/2", "0.5" and "\\frac{1}{2}" are one answer with three votes, beating two votes for "3"."""
+    from fractions import Fraction
+
+    def equal(a, b):
+        to = {"1/2": Fraction(1, 2), "0.5": Fraction(1, 2), "\\frac{1}{2}": Fraction(1, 2), "3": Fraction(3)}
+        return to[a] == to[b]
+
+    answers = ["3", "1/2", "\\frac{1}{2}", "0.5", "3"]
+    assert majority_answer(answers) == "3"            # by strings, "3" has the most votes
+    assert majority_answer(answers, equal) == "1/2"   # by value, 1/2 wins and its first spelling is returned

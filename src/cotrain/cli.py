@@ -56,11 +56,9 @@ def cmd_eval(args) -> int:
     from cotrain.runs.session import device, eval_kwargs
     from cotrain.tasks import make_task
 
-    cfg = build_config({"task": {"name": args.task}}, args.overrides)
-    if args.splits:
-        cfg.eval.splits = args.splits.split(",")
-    if args.n:
-        cfg.eval.n = args.n
+    flags = [f"eval.splits=[{args.splits}]"] if args.splits else []
+    flags += [f"eval.n={args.n}"] if args.n is not None else []
+    cfg = build_config({"task": {"name": args.task}}, list(args.overrides or []) + flags)
     model, tokenizer = load_model(resolve_model_dir(args.checkpoint))
     model.to(device())
     task = make_task(cfg.task.name, **cfg.task.options())

@@ -85,7 +85,8 @@ class GrpoConfig(_Section):
 
 
 class EvalConfig(_Section):
-    splits: list[str] = Field(["test", "ood"], description="Splits to evaluate at the end (missing ones are skipped).")
+    splits: list[str] = Field(["test", "ood"], min_length=1, description=(
+        "Splits to evaluate at the end (missing ones are skipped); the first is also evaluated during training."))
     n: int = Field(500, ge=1, description="Problems per split for greedy pass@1.")
     k: int = Field(8, ge=0, description="Samples per problem for pass@k and maj@k (0 disables).")
     n_sampled: int = Field(200, ge=0, description="Problems per split for the sampled metrics.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from cotrain.errors import UserError
 from cotrain.eval.metrics import majority_answer, pass_at_k
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
@@ -40,13 +41,15 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
                    batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
     """Metrics of one split: pass@1 (greedy), pass@k and maj@k (k samples of n_sampled problems)."""
     problems = task.problems(split, n, seed=EVAL_SEED)
+    if not problems:
+        raise UserError(f"split '{split}' of task {task.name} has no problems to evaluate")
     texts, truncated, lengths = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
                                           max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16,
                                           generator=None)
     correct = [task.grade(t, p) for t, p in zip(texts, problems)]
     out = {"pass@1": sum(correct) / len(problems), "n": len(problems),
            "len_mean": sum(lengths) / len(lengths), "truncated_ratio": sum(truncated) / len(truncated)}
-    if k >= 1 and n_sampled > 0:
+    if k >= 2 and n_sampled > 0:  # k = 1 would only repeat pass@1 with sampling noise
         sub = problems[:n_sampled]
         gen = torch.Generator().manual_seed(EVAL_SEED)
         texts, _, _ = _complete(model, tokenizer, sub, k, greedy=False, temperature=temperature,
@@ -58,7 +61,7 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
             answers = [task.extract_answer(t) for t in group]
             pk.append(pass_at_k(k, int(sum(s >= 1.0 for s in scores)), k))
             mean.append(sum(scores) / k)
-            voted = majority_answer(answers)
+            voted = majority_answer(answers, getattr(task, "answers_equal", None))
             maj.append(scores[answers.index(voted)] if voted is not None else 0.0)
         out[f"pass@{k}"] = sum(pk) / len(sub)
         out[f"maj@{k}"] = sum(maj) / len(sub)

@@ -110,7 +110,8 @@ def generate(
             if top_p < 1.0:
                 scaled = _top_p_filter(scaled, top_p)
             logp_all = scaled.log_softmax(-1)
-            tokens = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+            # sampled on the CPU, where the seeded generator lives, whatever the model's device
+            tokens = torch.multinomial(logp_all.exp().cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
         out_ids[live, t] = tokens.cpu()
         out_logp[live, t] = logp_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
         p_logp = torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0)  # 0 * -inf -> 0
@@ -200,9 +201,12 @@ def group_logprobs(
         attn = torch.cat([p_mask.repeat_interleave(group_size, 0), completion_mask.to(device)], dim=1)  # [N, P+T]
         t = completion_ids.shape[1]
         c_pos = p_pos[:, -1:].repeat_interleave(group_size, 0) + 1 + torch.arange(t, device=device)    # [N, T]
-        rest = model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
-                     position_ids=c_pos[:, :-1], past_key_values=cache, use_cache=True).logits  # [N, T-1, V]
-    logits = torch.cat([first.repeat_interleave(group_size, 0)[:, None], rest], dim=1).float() / temperature
+        first = first.repeat_interleave(group_size, 0)[:, None]                                   # [N, 1, V]
+        if t > 1:
+            rest = model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
+                         position_ids=c_pos[:, :-1], past_key_values=cache, use_cache=True).logits  # [N, T-1, V]
+            first = torch.cat([first, rest], dim=1)
+    logits = first.float() / temperature                                                          # [N, T, V]
     targets = completion_ids.to(device)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)   # [N, T]
     entropy = None

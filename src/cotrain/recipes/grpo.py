@@ -98,7 +98,6 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # add exactly zero to the gradient: they are left out of the forward and backward passes,
         # and the loss keeps the normalisers of the whole minibatch, so the update is unchanged.
         t1 = time.time()
-        width = ro.completion_ids.shape[1]
         active = set(contributing_groups(advantages, g.group_size, g.beta).tolist())
         minibatches = [[i for i in mb.tolist()] for mb in torch.arange(n_prompts).chunk(g.num_minibatches)]
         trained = [torch.tensor([i for i in mb if i in active], dtype=torch.long) for mb in minibatches]
@@ -110,14 +109,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             for k, (mb, groups) in enumerate(zip(minibatches, trained)):
                 mb_rows = [i * g.group_size + j for i in mb for j in range(g.group_size)]
                 zero_grads(model)
-                st = {"loss": 0.0, "clip_ratio": 0.0, "clip_ratio/low": 0.0, "clip_ratio/high": 0.0, "kl": 0.0}
+                st = {"loss": 0.0}
                 if len(groups):
                     (logp, _), rows = _logprobs(model, ro, groups, cfg)                     # [b*G, T]
                     loss, st = grpo_loss(
-                        logp, old_logp[k] if reuse else logp.detach(), advantages[rows], mask[rows],
+                        logp, old_logp[k] if reuse else logp.detach(), advantages[rows].to(logp.device),
+                        mask[rows].to(logp.device),
                         epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta, ref_logp=ref_logp[k],
                         loss_type=g.loss_type, num_sequences=len(mb_rows), num_tokens=int(mask[mb_rows].sum()),
-                        max_len=width)
+                        max_len=g.max_new_tokens)
                     loss.backward()
                     st["loss"] = loss.item()
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
@@ -127,6 +127,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                     stats.setdefault(key, []).append(v)
         sched.step()
         t_update = time.time() - t1
+        for key in ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl"):
+            stats.setdefault(key, [0.0])  # no group trained this step: nothing clipped, no KL measured
 
         # -------------------------------------------------------------- log / eval / checkpoint
         grouped = rewards.view(-1, g.group_size)

@@ -41,7 +41,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, nu
               num_tokens: int | None = None, max_len: int | None = None) -> torch.Tensor:
     """Reduce a per-token loss [N, T] to a scalar.
 
-    grpo: mean over sequences of each sequence's token mean; dr_grpo: token sum / (N * T);
+    grpo: mean over sequences of each sequence's token mean; dr_grpo: token sum / (N * max_len),
+    max_len being the completion length limit (a constant, as in Dr. GRPO and TRL; default T);
     dapo: token sum / number of tokens.
 
     The normalisers N, T and the token count default to those of the tensors given. Passing those

@@ -101,8 +101,9 @@ class MetricsLogger:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a kill
-            if row.get("step", 0) <= step:
-                kept.append(line)
+            evaluation_only = all(k.startswith("eval/") for k in row if k not in ("step", "time"))
+            if row.get("step", 0) < step or (row.get("step") == step and not evaluation_only):
+                kept.append(line)  # the final evaluation's row is redone by the resumed run
         tmp = self.path.with_name("metrics.jsonl.tmp")
         tmp.write_text("".join(k + "\n" for k in kept))
         os.replace(tmp, self.path)
@@ -147,8 +148,8 @@ def save_checkpoint(run_dir: Path, step: int, roles: dict, extra: dict, keep_las
     root.mkdir(exist_ok=True)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    for stale in root.glob(".tmp_step_*"):  # left by a run killed while saving
+        shutil.rmtree(stale, ignore_errors=True)
     for role, (model, tokenizer, optimizer, scheduler) in roles.items():
         save_model(model, tokenizer, tmp / role)
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,8 +129,12 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
     from cotrain.models.build import save_model
 
     session.progress.close()
-    final = session.run_dir / "final" / "generator"
-    save_model(model, tokenizer, final)
+    # written beside and renamed into place: a run dir's `final/` is what `init:` and `cotrain eval` load
+    final, tmp = session.run_dir / "final", session.run_dir / ".tmp_final"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model(model, tokenizer, tmp / "generator")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
                                                **eval_kwargs(cfg))}
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}

@@ -326,6 +326,10 @@ class ArithTask:
         """See `extract_answer` (module level): the integer of the last `#` line, or None."""
         return extract_answer(completion)
 
+    def answers_equal(self, a: str, b: str) -> bool:
+        """Extracted answers are canonical integers: equal strings are equal answers."""
+        return a == b
+
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the completion's final integer equals the problem's answer, else 0.0. Never raises."""
         predicted = extract_answer(completion)

@@ -38,3 +38,6 @@ class Task(Protocol):
 
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the completion's final answer equals the ground truth, else 0.0. Never raises."""
+
+    def answers_equal(self, a: str, b: str) -> bool:
+        """Whether two extracted answers are the same answer (for majority voting). Never raises."""

@@ -194,6 +194,11 @@ def _field(row: dict, key: str, path: Path, task: str) -> str:
 
 # ----------------------------------------------------------------------------- tasks
 
+    def answers_equal(self, a: str, b: str) -> bool:
+        """Mathematical equivalence of two extracted answers (math-verify, time-bounded)."""
+        return a == b or math_equal(a, b)
+
+
 
 class Gsm8kTask(_FileTask):
     """GSM8K: splits `train` and `test` (gsm8k_train.jsonl, gsm8k_test.jsonl).

@@ -128,6 +128,10 @@ class ReasoningGymTask:
             return 0.0  # a scorer that chokes on a malformed answer means the answer is wrong
         return min(max(value, 0.0), 1.0) if math.isfinite(value) else 0.0
 
+    def answers_equal(self, a: str, b: str) -> bool:
+        """Answers compared as stripped strings (reasoning-gym scores against an entry, not another answer)."""
+        return a.strip() == b.strip()
+
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the generator scores the answer fully correct (>= 1 - 1e-9), else 0.0. Never raises."""
         return float(self.score(completion, problem) >= 1.0 - 1e-9)
