@@ -117,3 +117,25 @@ def test_demo_contract(tmp_path, capsys):
     assert "demo results" in printed
     assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0
     assert "already finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    from cotrain.config import load_config
+
+    assert load_config(path).recipe in ("sft", "grpo")
+
+
+def test_embedded_demo_stages_validate():
+    from cotrain.cli import demo_stages
+    from cotrain.config import build_config
+
+    assert [build_config(raw).recipe for raw in demo_stages().values()] == ["sft", "grpo"]
+
+
+def test_smoke_config_runs_and_resumes(tmp_path):
+    args = ["run", str(REPO / "configs" / "smoke.yaml"), "--out", str(tmp_path), "train.steps=3",
+            "checkpoint.every=2", "eval.n=8", "eval.n_during=8", "eval.every=2", "log.progress=false"]
+    assert main(args) == 0
+    assert main(args + ["--resume"]) == 0
+    assert json.loads((tmp_path / "eval.json").read_text())["generator"].keys() == {"test", "ood"}
