@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cotrain.eval.metrics import majority_answer, pass_at_k
-from cotrain.rl.losses import aggregate, grpo_loss, group_advantages, kl_k3
+from cotrain.rl.losses import aggregate, group_advantages, grpo_loss, kl_k3
 
 
 def test_group_advantages_one_group():

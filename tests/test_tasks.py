@@ -12,11 +12,27 @@ from hypothesis import strategies as st
 
 from cotrain.errors import UserError
 from cotrain.tasks import Problem, make_task
-from cotrain.tasks.arith import (ArithTask, corrupt_solution, extract_answer, is_test_question, parse_question,
-                                 parse_step, parse_steps, solve, step_labels)
+from cotrain.tasks.arith import (
+    ArithTask,
+    corrupt_solution,
+    extract_answer,
+    is_test_question,
+    parse_question,
+    parse_step,
+    parse_steps,
+    solve,
+    step_labels,
+)
 from cotrain.tasks.grading import math_equal, plain_number
-from cotrain.tasks.mathdata import (Gsm8kTask, JsonlTask, Math500Task, default_data_dir, extract_gsm8k_answer,
-                                    extract_math_answer, last_boxed)
+from cotrain.tasks.mathdata import (
+    Gsm8kTask,
+    JsonlTask,
+    Math500Task,
+    default_data_dir,
+    extract_gsm8k_answer,
+    extract_math_answer,
+    last_boxed,
+)
 
 DATA = default_data_dir()
 

@@ -93,7 +93,7 @@ def cmd_demo(args) -> int:
         done = (out / name / "eval.json").is_file()
         if done and not args.force:
             results[name] = json.loads((out / name / "eval.json").read_text())
-            print(f"   (already finished; --force reruns)")
+            print("   (already finished; --force reruns)")
         else:
             results[name] = _recipe(cfg.recipe).run(cfg, out / name, resume=args.resume or (out / name / "checkpoints").exists())
         prev = out / name

@@ -8,9 +8,15 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, processors
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast)
-
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 from transformers.utils import logging as hf_logging
 
 from cotrain.config import ModelConfig

@@ -28,9 +28,20 @@ from cotrain.config import RunConfig
 from cotrain.eval.evaluate import evaluate_split
 from cotrain.models.generate import generate, group_logprobs
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.rl.losses import contributing_groups, grpo_loss, group_advantages, masked_mean
-from cotrain.runs.session import (build_task, derive_seed, device, eval_kwargs, finish, initial_model,
-                                  make_optimizer, maybe_checkpoint, open_session, sample_batch, training_pool)
+from cotrain.rl.losses import contributing_groups, group_advantages, grpo_loss, masked_mean
+from cotrain.runs.session import (
+    build_task,
+    derive_seed,
+    device,
+    eval_kwargs,
+    finish,
+    initial_model,
+    make_optimizer,
+    maybe_checkpoint,
+    open_session,
+    sample_batch,
+    training_pool,
+)
 
 
 def _logprobs(model, ro, groups: torch.Tensor, cfg: RunConfig):

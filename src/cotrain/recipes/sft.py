@@ -20,13 +20,23 @@ import time
 import torch
 
 from cotrain.config import RunConfig
+from cotrain.errors import UserError
+from cotrain.eval.evaluate import evaluate_split, greedy_accuracy
 from cotrain.models.generate import completion_logprobs, left_pad
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.rl.losses import masked_mean
-from cotrain.runs.session import (build_task, device, eval_kwargs, finish, initial_model, make_optimizer,
-                                  maybe_checkpoint, open_session, sample_batch, training_pool)
-from cotrain.eval.evaluate import evaluate_split, greedy_accuracy
-from cotrain.errors import UserError
+from cotrain.runs.session import (
+    build_task,
+    device,
+    eval_kwargs,
+    finish,
+    initial_model,
+    make_optimizer,
+    maybe_checkpoint,
+    open_session,
+    sample_batch,
+    training_pool,
+)
 
 
 def right_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,9 +17,17 @@ from cotrain.config import RunConfig, TrainConfig
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import evaluate_generator
 from cotrain.models.build import build_model, load_model
-from cotrain.runs.rundir import (MetricsLogger, Progress, list_checkpoints, load_checkpoint_state,
-                                 prepare_run_dir, resolve_model_dir, save_checkpoint, write_config,
-                                 write_json_atomic)
+from cotrain.runs.rundir import (
+    MetricsLogger,
+    Progress,
+    list_checkpoints,
+    load_checkpoint_state,
+    prepare_run_dir,
+    resolve_model_dir,
+    save_checkpoint,
+    write_config,
+    write_json_atomic,
+)
 from cotrain.tasks import make_task
 from cotrain.tasks.base import Problem, Task
 
