@@ -107,7 +107,7 @@ def test_pretrained_path_with_chat_template_runs_grpo(nano, tmp_path):
     tok.chat_template = CHAT_TEMPLATE
     save_model(model, tok, tmp_path / "chat_model")
     tok.chat_template = None
-    loaded_model, loaded_tok = load_model(tmp_path / "chat_model")
+    _, loaded_tok = load_model(tmp_path / "chat_model")
     assert uses_chat(loaded_tok)
     ids = encode_generator_prompts(loaded_tok, ["1+2"])[0]
     text = loaded_tok.decode(ids, skip_special_tokens=True)

@@ -88,7 +88,8 @@ def test_grpo_fixed_seed_regression(sft_run, tmp_path):
     grpo.run(cfg2, tmp_path / "b")
     ra = [r for r in _rows(tmp_path / "a") if "gen/reward" in r]
     rb = [r for r in _rows(tmp_path / "b") if "gen/reward" in r]
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time")} for r in rows]
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("time")} for r in rows]
     assert strip(ra) == strip(rb), "same seed, different metrics"
     assert [r["gen/reward"] for r in ra] == GOLDEN_REWARDS
     got = json.loads((tmp_path / "a" / "eval.json").read_text())["generator"]["test"]
@@ -130,7 +131,8 @@ def test_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
     a = json.loads((tmp_path / "full" / "eval.json").read_text())
     b = json.loads((tmp_path / "killed" / "eval.json").read_text())
     assert a == b
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "time" and not k.startswith("time/")} for r in rows]
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "time" and not k.startswith("time/")} for r in rows]
     assert strip(_rows(tmp_path / "full")) == strip(_rows(tmp_path / "killed"))
 
 

@@ -25,7 +25,6 @@ import time
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.eval.evaluate import evaluate_split
 from cotrain.models.generate import generate, group_logprobs
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import contributing_groups, group_advantages, grpo_loss, masked_mean
@@ -33,7 +32,7 @@ from cotrain.runs.session import (
     build_task,
     derive_seed,
     device,
-    eval_kwargs,
+    eval_during_training,
     finish,
     initial_model,
     make_optimizer,
@@ -160,9 +159,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "time/gen": t_gen, "time/update": t_update, "time/step": time.time() - t0,
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
-            split = cfg.eval.splits[0]
-            m = evaluate_split(model, tokenizer, task, split, n=cfg.eval.n_during, **{**eval_kwargs(cfg), "k": 0})
-            metrics[f"eval/{split}/pass@1"] = m["pass@1"]
+            metrics.update(eval_during_training(cfg, model, tokenizer, task))
         if step % cfg.log.every == 0 or step == cfg.train.steps:
             session.logger.log(step, metrics)
         session.progress.update(step, {"reward": metrics["gen/reward"],

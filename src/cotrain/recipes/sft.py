@@ -21,13 +21,14 @@ import torch
 
 from cotrain.config import RunConfig
 from cotrain.errors import UserError
-from cotrain.eval.evaluate import evaluate_split, greedy_accuracy
+from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.generate import completion_logprobs, left_pad
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.rl.losses import masked_mean
 from cotrain.runs.session import (
     build_task,
     device,
+    eval_during_training,
     eval_kwargs,
     finish,
     initial_model,
@@ -91,9 +92,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                    "tokens/gen_train": int(target_mask.sum()), "time/step": time.time() - t0}
         stop = False
         if cfg.eval.every and step % cfg.eval.every == 0:
-            split = cfg.eval.splits[0]
-            m = evaluate_split(model, tokenizer, task, split, n=cfg.eval.n_during, **{**eval_kwargs(cfg), "k": 0})
-            metrics[f"eval/{split}/pass@1"] = m["pass@1"]
+            metrics.update(eval_during_training(cfg, model, tokenizer, task))
             if val:
                 kw = eval_kwargs(cfg)
                 val_acc = greedy_accuracy(model, tokenizer, task, val, max_new_tokens=kw["max_new_tokens"],

@@ -15,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cotrain.config import RunConfig, TrainConfig
 from cotrain.errors import UserError
-from cotrain.eval.evaluate import evaluate_generator
+from cotrain.eval.evaluate import evaluate_generator, evaluate_split
 from cotrain.models.build import build_model, load_model
 from cotrain.runs.rundir import (
     MetricsLogger,
@@ -130,6 +130,13 @@ def eval_kwargs(cfg: RunConfig) -> dict:
     return dict(k=e.k, n_sampled=e.n_sampled, temperature=e.temperature,
                 max_new_tokens=e.max_new_tokens or cfg.grpo.max_new_tokens, batch_size=e.batch_size,
                 bf16=cfg.train.bf16)
+
+
+def eval_during_training(cfg: RunConfig, model, tokenizer, task: Task) -> dict[str, float]:
+    """Greedy pass@1 on the first eval split (`eval.n_during` problems), as `eval/<split>/pass@1`."""
+    split = cfg.eval.splits[0]
+    m = evaluate_split(model, tokenizer, task, split, n=cfg.eval.n_during, **{**eval_kwargs(cfg), "k": 0})
+    return {f"eval/{split}/pass@1": m["pass@1"]}
 
 
 def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step: int) -> dict:
