@@ -106,6 +106,3 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path:
     kind = "char" if tokenizer.unk_token == "<unk>" and len(tokenizer) == len(SPECIALS) + len(CHARS) else "pretrained"
     (path / "cotrain_tokenizer.json").write_text(json.dumps({"kind": kind}))
 
-
-def count_parameters(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

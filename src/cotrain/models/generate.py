@@ -123,8 +123,9 @@ def generate(
             break
         if ended.any():  # compact: keep only live rows in the batch and the cache
             keep = (~ended).nonzero().squeeze(-1)
-            live, tokens, attn, next_pos = live[keep], tokens[keep.to(device)], attn[keep.to(device)], next_pos[keep.to(device)]
-            cache.batch_select_indices(keep.to(device))
+            keep_dev = keep.to(device)
+            live, tokens, attn, next_pos = live[keep], tokens[keep_dev], attn[keep_dev], next_pos[keep_dev]
+            cache.batch_select_indices(keep_dev)
         attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
         with autocast(bf16, device):
             logits = model(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
