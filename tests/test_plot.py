@@ -143,3 +143,122 @@ def test_load_eval_flattens_splits(two_runs, tmp_path):
     (tmp_path / "eval.json").write_text('{"generator": {"test": {"pass@1": 0.5, "n": 100')  # truncated
     assert load_eval(tmp_path) == {}
     assert not any(math.isnan(v) for v in evals.values())
+
+
+# ----------------------------------------------------------------------------- co-training figure
+
+# A tango run: the verifier trains on even steps (ver/* keys only there), evals every 4 steps, the last line
+# cut off by a kill. The generator and the verifier improve together and the hacking gap closes.
+TANGO_ROWS = [
+    {"step": 1, "gen/acc": 0.30, "cotrain/agree": 0.55, "cotrain/agree_balanced": 0.50, "cotrain/hack_gap": 0.25},
+    {"step": 2, "gen/acc": 0.32, "cotrain/agree": 0.60, "cotrain/agree_balanced": 0.56, "cotrain/hack_gap": 0.20,
+     "ver/acc": 0.60, "ver/reward": 0.95, "ver/format": 0.70, "ver/approve_rate": 0.52},
+    {"step": 3, "gen/acc": 0.38, "cotrain/agree": 0.62, "cotrain/hack_gap": 0.18},  # agree_balanced missing
+    {"step": 4, "gen/acc": 0.41, "cotrain/agree": 0.66, "cotrain/agree_balanced": 0.63, "cotrain/hack_gap": 0.12,
+     "ver/acc": 0.66, "ver/reward": 1.05, "ver/format": 0.80, "ver/approve_rate": 0.53,
+     "eval/test/pass@1": 0.35, "eval/verifier/accuracy": 0.64},
+    {"step": 5, "gen/acc": 0.47, "cotrain/agree": None, "cotrain/hack_gap": 0.10},  # a null
+    {"step": 6, "gen/acc": 0.50, "cotrain/agree": 0.72, "cotrain/agree_balanced": 0.70, "cotrain/hack_gap": 0.06,
+     "ver/acc": 0.72, "ver/reward": 1.15, "ver/format": 0.90, "ver/approve_rate": 0.56},
+    {"step": 7, "gen/acc": 0.55, "cotrain/agree": 0.75, "cotrain/agree_balanced": 0.74, "cotrain/hack_gap": 0.04},
+    {"step": 8, "gen/acc": 0.58, "cotrain/agree": 0.78, "cotrain/agree_balanced": 0.77, "cotrain/hack_gap": 0.02,
+     "ver/acc": 0.78, "ver/reward": 1.25, "ver/format": 0.95, "ver/approve_rate": 0.60,
+     "eval/test/pass@1": 0.52, "eval/verifier/accuracy": 0.75},
+]
+# A frozen-verifier run: no ver/* training keys; agreement stalls while the generator learns to fool the
+# verifier, so the gap grows. Its verifier eval is missing at step 4.
+FROZEN_ROWS = [
+    {"step": 1, "gen/acc": 0.30, "cotrain/agree": 0.55, "cotrain/hack_gap": 0.25},
+    {"step": 2, "gen/acc": 0.33, "cotrain/agree": 0.55, "cotrain/hack_gap": 0.28},
+    {"step": 3, "gen/acc": 0.35, "cotrain/hack_gap": 0.31},  # agree missing
+    {"step": 4, "gen/acc": 0.36, "cotrain/agree": 0.53, "cotrain/hack_gap": 0.35, "eval/test/pass@1": 0.31},
+    {"step": 5, "gen/acc": 0.36, "cotrain/agree": 0.52, "cotrain/hack_gap": float("nan")},
+    {"step": 6, "gen/acc": 0.37, "cotrain/agree": 0.50, "cotrain/hack_gap": 0.41},
+    {"step": 7, "cotrain/agree": 0.49, "cotrain/hack_gap": 0.44},  # gen/acc missing
+    {"step": 8, "gen/acc": 0.37, "cotrain/agree": 0.48, "cotrain/hack_gap": 0.47,
+     "eval/test/pass@1": 0.33, "eval/verifier/accuracy": 0.55},
+]
+
+
+@pytest.fixture
+def cotrain_runs(tmp_path: Path) -> list[Path]:
+    tango = _write_run(tmp_path / "tango", TANGO_ROWS, tail='{"step": 9, "gen/acc": 0.6, "cotr', recipe="tango")
+    frozen = _write_run(tmp_path / "frozen_verifier", FROZEN_ROWS, tail='{"step": 9, "gen/a')
+    return [tango, frozen]
+
+
+@pytest.fixture
+def figures(monkeypatch) -> dict[str, object]:
+    """Records every figure plot_runs saves, by file name, so tests can look at the drawn lines."""
+    import cotrain.analysis.plot as plot
+
+    saved, save = {}, plot._save
+
+    def record(fig, path):
+        saved[path.name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plot, "_save", record)
+    return saved
+
+
+def test_plot_runs_writes_cotrain_png(cotrain_runs, tmp_path, figures):
+    paths = plot_runs(cotrain_runs)
+    assert paths == [tmp_path / "curves.png", tmp_path / "cotrain.png"]
+    for path in paths:
+        _assert_png(path)
+    acc, gap = figures["cotrain.png"].axes
+    assert acc.get_title() == "Generator and verifier accuracy" and gap.get_title() == "Reward hacking gap"
+    # 8 points per curve: no automatic smoothing, one line per (run, key) present, plus the zero line
+    # tango: gen/acc, agree, test pass@1, verifier accuracy; frozen: the same four
+    assert len(acc.get_lines()) == 8
+    assert len(gap.get_lines()) == 3
+    # the truncated 9th line is dropped; the null and NaN values are skipped
+    tango_gen = acc.get_lines()[0]
+    np.testing.assert_array_equal(tango_gen.get_xdata(), np.arange(1, 9))
+    frozen_gap = gap.get_lines()[1]
+    np.testing.assert_array_equal(frozen_gap.get_xdata(), [1, 2, 3, 4, 6, 7, 8])
+    assert list(gap.get_lines()[2].get_ydata()) == [0, 0]  # axhline at 0
+
+
+def test_plot_runs_cotrain_smooth_and_chain(cotrain_runs, tmp_path, figures):
+    """smooth=3 draws a faint raw line under each smoothed training curve (evals stay raw); chain shifts
+    the second run's steps to start after the first run's last step (8)."""
+    plot_runs(cotrain_runs, smooth=3, chain=True)
+    acc, gap = figures["cotrain.png"].axes
+    # per run: 2 training curves x (raw + smoothed) + 2 evals = 6
+    assert len(acc.get_lines()) == 12
+    raw, smoothed = acc.get_lines()[:2]  # tango gen/acc
+    np.testing.assert_allclose(smoothed.get_ydata(), moving_average(raw.get_ydata(), 3))
+    frozen_gap_raw = gap.get_lines()[2]
+    assert frozen_gap_raw.get_xdata()[0] == 8 + 1
+    assert "moving average over 3" in figures["cotrain.png"].get_suptitle()
+
+
+def test_plot_runs_without_cotrain_keys_writes_no_cotrain_png(two_runs, tmp_path):
+    paths = plot_runs(two_runs)
+    assert all(p.name != "cotrain.png" for p in paths)
+    assert not (tmp_path / "cotrain.png").exists()
+
+
+def test_cotrain_png_with_a_plain_baseline_run(cotrain_runs, two_runs, tmp_path, figures):
+    """A run without cotrain keys next to a co-training run still shows in cotrain.png as a generator baseline."""
+    paths = plot_runs([cotrain_runs[0], two_runs[1]], out_dir=tmp_path / "mixed")
+    assert [p.name for p in paths] == ["curves.png", "cotrain.png"]
+    acc, gap = figures["cotrain.png"].axes
+    assert len(gap.get_lines()) == 2  # only tango has a hack gap, and the zero line
+    # tango's 4; the baseline's gen/acc raw + smoothed (60 points: automatic window) and its eval pass@1
+    assert len(acc.get_lines()) == 4 + 2 + 1
+
+
+def test_cotrain_keys_are_not_a_role(tmp_path, figures):
+    """cotrain/* never makes a role in curves.png; ver/* does. A run with only cotrain keys is still plotted."""
+    only_cotrain = _write_run(tmp_path / "only_cotrain", [{"step": s, "cotrain/acc": 0.5, "cotrain/reward": 0.1,
+                                                           "cotrain/hack_gap": 0.1 * s} for s in range(1, 4)])
+    assert plot_runs([only_cotrain]) == [only_cotrain / "cotrain.png"]
+    _assert_png(only_cotrain / "cotrain.png")
+
+    with_ver = _write_run(tmp_path / "with_ver", [{"step": s, "ver/acc": 0.5, "cotrain/acc": 0.4} for s in range(1, 4)])
+    plot_runs([with_ver])
+    legend = [t.get_text() for t in figures["curves.png"].legends[0].get_texts()]
+    assert "role: ver" in legend and "role: cotrain" not in legend

@@ -1,12 +1,13 @@
-"""Plots of training runs: learning curves from `metrics.jsonl`, eval bars from `eval.json`.
+"""Plots of training runs: learning curves from `metrics.jsonl` (and, for generator-verifier co-training,
+the `cotrain/` health curves), eval bars from `eval.json`.
 
     from pathlib import Path
     from cotrain.analysis.plot import plot_runs
     plot_runs([Path("runs/sft"), Path("runs/grpo")])   # -> [runs/curves.png, runs/eval.png]
 
 A run directory holds `metrics.jsonl` (one JSON object per step, keys `ROLE/metric`, `eval/SPLIT/metric`,
-`time/...`, `tokens/...`; any key may be missing or null on any line; the last line may be cut off by a
-killed run), optionally `eval.json` (`{"generator": {"test": {"pass@1": 0.61, ...}, ...}}`) and
+`cotrain/...`, `time/...`, `tokens/...`; any key may be missing or null on any line; the last line may be
+cut off by a killed run), optionally `eval.json` (`{"generator": {"test": {"pass@1": 0.61, ...}, ...}}`) and
 `config.yaml` (its top-level `recipe:` goes into the run's label).
 
 Figures are drawn on `matplotlib.figure.Figure` + the Agg canvas, never through pyplot, so plotting
@@ -30,8 +31,9 @@ from matplotlib.lines import Line2D
 
 log = logging.getLogger(__name__)
 
-# Metric namespaces that are not roles: they never go into a per-role panel.
-_NOT_ROLES = ("eval", "time", "tokens")
+# Metric namespaces that are not roles: they never go into a per-role panel. `cotrain/` (generator-verifier
+# health) has its own figure, cotrain.png.
+_NOT_ROLES = ("eval", "time", "tokens", "cotrain")
 # Line style per role; roles not listed here take the extras in order.
 _ROLE_STYLES = {"gen": "-", "ver": "--", "prop": "-.", "judge": ":"}
 _EXTRA_STYLES = [(0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2, 2, 2))]
@@ -243,9 +245,11 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
     """Plot the learning curves (and eval results, where present) of one or more runs.
 
     Writes `curves.png` (one panel per metric family any run logged: reward, accuracy, eval pass@1,
-    KL, entropy, completion length, loss; x = step; a colour per run, a line style per role) and, when
-    some run has an `eval.json`, `eval.png` (bars of pass@k / maj@k per split per run). A run with no
-    usable metrics is logged as a warning and left out; the others are still plotted.
+    KL, entropy, completion length, loss; x = step; a colour per run, a line style per role); when
+    some run has an `eval.json`, `eval.png` (bars of pass@k / maj@k per split per run); and when some
+    run logged a `cotrain/` key, `cotrain.png` (generator and verifier accuracy on one chart, and the
+    reward-hacking gap; see `_cotrain_figure`). A run with no usable metrics is logged as a warning and
+    left out; the others are still plotted.
 
     Args:
         run_dirs: run directories, each holding `metrics.jsonl` (and optionally `eval.json`, `config.yaml`).
@@ -258,7 +262,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
             are shifted to start where the previous run's last step ended.
 
     Returns:
-        The paths of the PNGs written.
+        The paths of the PNGs written, in the order curves.png, eval.png, cotrain.png.
 
     Raises:
         ValueError: no run directories, a negative `smooth`, or no run with anything to plot.
@@ -292,7 +296,8 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
     if any(_eval_keys(run) for run in runs):
         panels.insert(min(2, len(panels)), _EVAL_PANEL)  # next to training accuracy
     has_eval = any(run.evals for run in runs)
-    if not panels and not has_eval:
+    has_cotrain = any(k.startswith("cotrain/") for run in runs for k in run.series)
+    if not panels and not has_eval and not has_cotrain:
         raise ValueError(f"no metrics to plot in: {', '.join(str(d) for d in run_dirs)}")
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -302,6 +307,8 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
             written.append(_save(_curves_figure(runs, panels, smooth), out_dir / "curves.png"))
         if has_eval:
             written.append(_save(_eval_figure(runs), out_dir / "eval.png"))
+        if has_cotrain:
+            written.append(_save(_cotrain_figure(runs, smooth), out_dir / "cotrain.png"))
     return written
 
 
@@ -321,6 +328,29 @@ def _role_keys(run: _Run, metric: str) -> list[str]:
 
 def _eval_keys(run: _Run) -> list[str]:
     return [k for k in run.series if k.startswith("eval/") and k.count("/") == 2 and k.endswith("/pass@1")]
+
+
+def _draw_curve(ax, x: np.ndarray, y: np.ndarray, smooth: int, color, linestyle) -> int:
+    """One training curve: smoothed and solid-width over its faint raw line, or raw (with markers when
+    there are at most 5 points). Returns the moving-average window used (1 = none)."""
+    window = _window(len(y), smooth)
+    if window > 1:
+        # Raw line solid whatever the line style: faint dotted lines only add noise.
+        ax.plot(x, y, color=color, alpha=0.2, linewidth=0.9)
+        ax.plot(x, moving_average(y, window), color=color, linestyle=linestyle, linewidth=1.9)
+    else:
+        ax.plot(x, y, color=color, linestyle=linestyle, linewidth=1.6, marker="o" if len(y) <= 5 else None,
+                markersize=4)
+    return window
+
+
+def _smoothing_note(windows: set[int]) -> str:
+    """Suffix for a figure title naming the moving-average windows used, or "" when nothing was smoothed."""
+    windows = {w for w in windows if w > 1}
+    if not windows:
+        return ""
+    w = "–".join(str(w) for w in sorted({min(windows), max(windows)}))
+    return f"   (centred moving average over {w} points; faint: raw)"
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -363,15 +393,7 @@ def _curves_figure(runs: list[_Run], panels: list[_Panel], smooth: int) -> Figur
                     if role not in role_styles:
                         role_styles[role] = next(extra)
                     x, y = run.series[key]
-                    window = _window(len(y), smooth)
-                    style = dict(color=run.color, linestyle=role_styles[role])
-                    if window > 1:
-                        windows.add(window)
-                        # Raw line solid whatever the role: faint dotted lines only add noise.
-                        ax.plot(x, y, color=run.color, alpha=0.2, linewidth=0.9)
-                        ax.plot(x, moving_average(y, window), linewidth=1.9, **style)
-                    else:
-                        ax.plot(x, y, linewidth=1.6, marker="o" if len(y) <= 5 else None, markersize=4, **style)
+                    windows.add(_draw_curve(ax, x, y, smooth, run.color, role_styles[role]))
                     values.append(y)
                     used_runs.append(run)
                     used_roles.append(role)
@@ -387,11 +409,7 @@ def _curves_figure(runs: list[_Run], panels: list[_Panel], smooth: int) -> Figur
                 for role in dict.fromkeys(used_roles)]
     # Below the panels: an outside legend at the top would collide with the suptitle.
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 8), frameon=False)
-    title = "Training curves"
-    if windows:
-        w = "–".join(str(w) for w in sorted({min(windows), max(windows)}))
-        title += f"   (centred moving average over {w} points; faint: raw)"
-    fig.suptitle(title)
+    fig.suptitle("Training curves" + _smoothing_note(windows))
     return fig
 
 
@@ -431,4 +449,80 @@ def _eval_figure(runs: list[_Run]) -> Figure:
     fig.legend(handles=[Line2D([], [], color=run.color, linewidth=8, label=run.label) for run in runs],
                loc="outside lower center", ncols=min(len(runs), 5), frameon=False)
     fig.suptitle("Evaluation")
+    return fig
+
+
+# Keys drawn in cotrain.png (besides eval/SPLIT/pass@1).
+_GEN_ACC, _AGREE, _VER_EVAL, _HACK_GAP = "gen/acc", "cotrain/agree", "eval/verifier/accuracy", "cotrain/hack_gap"
+
+
+def _cotrain_figure(runs: list[_Run], smooth: int) -> Figure:
+    """cotrain.png: is the generator-verifier pair improving together, collapsing, or being gamed?
+
+    Left, "Generator and verifier accuracy": per run (its colour), the generator's training accuracy
+    `gen/acc` (solid) and how often the verifier's verdict matches ground truth on those samples,
+    `cotrain/agree` (dashed), both smoothed like curves.png; plus the periodic evals, unsmoothed:
+    `eval/SPLIT/pass@1` for the first split logged (filled circles) and the verifier's accuracy on its
+    fixed held-out set, `eval/verifier/accuracy` (open squares). Right, "Reward hacking gap":
+    `cotrain/hack_gap` (verifier approval rate minus ground-truth accuracy) per run around a line at 0,
+    so e.g. a frozen-verifier run and a co-trained one can be compared. Every run with any of these keys
+    is drawn, so a run without a verifier still shows as a generator-accuracy baseline.
+    """
+    splits = [k.split("/")[1] for run in runs for k in _eval_keys(run)]
+    split = next((s for s in dict.fromkeys(splits) if s != "verifier"), None)
+    # (key, line style, marker, marker face, label); marker face None = the run's colour.
+    left_keys = [(_GEN_ACC, "-", None, None, "generator accuracy (gen/acc)"),
+                 (_AGREE, "--", None, None, "verifier verdict = truth (cotrain/agree)")]
+    if split is not None:
+        left_keys.append((f"eval/{split}/pass@1", ":", "o", None, f"eval pass@1 ({split})"))
+    left_keys.append((_VER_EVAL, ":", "s", "white", "eval verifier accuracy (held-out)"))
+
+    fig = Figure(figsize=(12.5, 5.0), layout="constrained")
+    ax_acc, ax_gap = fig.subplots(1, 2, sharex=True)
+    ax_acc.set_title("Generator and verifier accuracy")
+    ax_acc.set_ylabel("accuracy")
+    ax_gap.set_title("Reward hacking gap")
+    ax_gap.set_ylabel("verifier approval rate − accuracy")
+    for ax in (ax_acc, ax_gap):
+        ax.set_xlabel("step")
+
+    used_runs, used_keys, windows, acc_values = [], [], set(), []
+    for run in runs:
+        for key, linestyle, marker, face, _ in left_keys:
+            if key not in run.series:
+                continue
+            x, y = run.series[key]
+            if marker is None:
+                windows.add(_draw_curve(ax_acc, x, y, smooth, run.color, linestyle))
+            else:  # evals are sparse and already averages over a test set: no smoothing
+                ax_acc.plot(x, y, color=run.color, linestyle=linestyle, linewidth=1.0, marker=marker,
+                            markersize=6, markerfacecolor=face or run.color, markeredgewidth=1.4)
+            acc_values.append(y)
+            used_runs.append(run)
+            used_keys.append(key)
+        if _HACK_GAP in run.series:
+            x, y = run.series[_HACK_GAP]
+            windows.add(_draw_curve(ax_gap, x, y, smooth, run.color, "-"))
+            used_runs.append(run)
+    if acc_values:
+        all_values = np.concatenate(acc_values)
+        if all_values.min() >= 0 and all_values.max() <= 1:
+            ax_acc.set_ylim(-0.03, 1.03)
+    else:
+        ax_acc.text(0.5, 0.5, "no accuracy logged", transform=ax_acc.transAxes, ha="center", color="0.5")
+    ax_gap.axhline(0.0, color="0.3", linewidth=1.0, zorder=1)
+    if any(_HACK_GAP in run.series for run in runs):
+        # Which side is bad, in words: the sign convention is easy to forget.
+        ax_gap.text(0.01, 0.98, "above 0: verifier approves wrong answers", transform=ax_gap.transAxes,
+                    va="top", fontsize=9, color="0.4")
+    else:
+        ax_gap.text(0.5, 0.5, "no cotrain/hack_gap logged", transform=ax_gap.transAxes, ha="center", color="0.5")
+
+    # One legend: colour = run, line style / marker = quantity.
+    handles = [Line2D([], [], color=run.color, linewidth=2.5, label=run.label) for run in dict.fromkeys(used_runs)]
+    handles += [Line2D([], [], color="0.35", linestyle=linestyle, linewidth=1.8 if marker is None else 1.0,
+                       marker=marker, markerfacecolor=face or "0.35", label=label)
+                for key, linestyle, marker, face, label in left_keys if key in used_keys]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False)
+    fig.suptitle("Co-training" + _smoothing_note(windows))
     return fig

@@ -1,0 +1,184 @@
+"""Verifier quality as pure functions: verdicts against ground truth, ProcessBench-style earliest-error
+accuracy, and the two ways a verifier is used at test time (best-of-N and verifier-weighted voting).
+
+Conventions: a solution is "positive" when it is correct; a verifier "approves" it when its final verdict
+says CORRECT. An unparsed verdict is None: wrong for accuracy, a reject for precision/recall/F1.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+def verdict_metrics(approved: list[bool | None], correct: list[bool], scores: list[float] | None = None) -> dict:
+    """Final verdicts of a generative verifier against the ground-truth correctness of the solutions.
+
+    Args:
+        approved: per solution, True (verdict CORRECT), False (INCORRECT) or None (verdict unparsed).
+        correct: per solution, its ground-truth correctness.
+        scores: optional per-solution confidence that the solution is correct (higher = more likely),
+            e.g. the fraction of sampled verifications that approve it. Must be finite.
+
+    Returns:
+        A dict with
+        - `n`: number of solutions;
+        - `accuracy`: fraction with a parsed verdict equal to the truth;
+        - `balanced_accuracy`: mean of TPR (correct solutions approved) and TNR (incorrect solutions
+          rejected by a parsed verdict); when one class is absent, the rate of the class present;
+        - `precision`, `recall`, `f1`: positive class = correct solution approved; each is 0 when its
+          denominator is 0 (sklearn's `zero_division=0`);
+        - `approve_rate`: fraction approved, `base_rate`: fraction correct, `parse_rate`: fraction parsed;
+        - `auroc` (only with `scores`, and only when both classes are present): the Mann–Whitney
+          probability that a random correct solution scores above a random incorrect one, ties 1/2.
+        For n = 0 only `{"n": 0}`. No value is ever NaN.
+
+    Raises:
+        ValueError: the lists differ in length, or a score is not finite.
+    """
+    n = len(approved)
+    if len(correct) != n or (scores is not None and len(scores) != n):
+        raise ValueError(f"approved, correct and scores must have one entry per solution; got lengths "
+                         f"{n}, {len(correct)}, {'-' if scores is None else len(scores)}")
+    if n == 0:
+        return {"n": 0}
+    approved = [None if a is None else bool(a) for a in approved]  # numpy bools would fail `is True`
+    correct = [bool(c) for c in correct]
+    tp = sum(a is True and c for a, c in zip(approved, correct))
+    fp = sum(a is True and not c for a, c in zip(approved, correct))
+    tn = sum(a is False and not c for a, c in zip(approved, correct))
+    n_pos = sum(correct)
+    n_neg = n - n_pos
+    n_parsed = sum(a is not None for a in approved)
+
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / n_pos if n_pos else 0.0
+    # TNR counts only parsed rejections: an unparsed verdict on a wrong solution caught nothing.
+    rates = ([recall] if n_pos else []) + ([tn / n_neg] if n_neg else [])
+    out = {
+        "n": n,
+        "accuracy": (tp + tn) / n,
+        "balanced_accuracy": sum(rates) / len(rates),
+        "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "precision": precision,
+        "recall": recall,
+        "approve_rate": (tp + fp) / n,
+        "base_rate": n_pos / n,
+        "parse_rate": n_parsed / n,
+    }
+    if scores is not None:
+        s = np.asarray(scores, dtype=float)  # [n]
+        if not np.all(np.isfinite(s)):
+            raise ValueError("verdict_metrics: every score must be finite (map an unparsed verdict to a number)")
+        if n_pos and n_neg:
+            out["auroc"] = _mann_whitney_auroc(s, np.array(correct))
+    return out
+
+
+def _mann_whitney_auroc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """AUROC = (R_pos − P(P+1)/2) / (P·N) with R_pos the sum of the positives' 1-based ranks, tied scores
+    taking their average rank (which is what counts a tied positive/negative pair as 1/2)."""
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    avg_rank = np.cumsum(counts) - (counts - 1) / 2  # [n_unique] mean 1-based rank of each tie group
+    ranks = avg_rank[inverse]  # [n]
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def earliest_error_metrics(pred_first_error: list[int | None], true_first_error: list[int | None]) -> dict:
+    """ProcessBench-style scoring of where a verifier says a solution first goes wrong.
+
+    Args:
+        pred_first_error: per solution, the predicted index of the first wrong step; None = "all correct".
+        true_first_error: per solution, the true index of the first wrong step; None = "all correct".
+
+    Returns:
+        A dict with `n_erroneous` and `n_correct` (solutions with and without a true error), and
+        - `acc_erroneous`: on solutions with an error, the fraction whose index is predicted exactly;
+        - `acc_correct`: on solutions without an error, the fraction predicted None;
+        - `f1`: harmonic mean of the two (0 when either is 0).
+        An accuracy whose group is empty is left out, and then so is `f1`.
+
+    Raises:
+        ValueError: the lists differ in length.
+    """
+    if len(pred_first_error) != len(true_first_error):
+        raise ValueError(f"pred_first_error and true_first_error differ in length: "
+                         f"{len(pred_first_error)} vs {len(true_first_error)}")
+    pairs = list(zip(pred_first_error, true_first_error))
+    erroneous = [pred == true for pred, true in pairs if true is not None]
+    no_error = [pred is None for pred, true in pairs if true is None]
+    out: dict = {"n_erroneous": len(erroneous), "n_correct": len(no_error)}
+    if erroneous:
+        out["acc_erroneous"] = sum(erroneous) / len(erroneous)
+    if no_error:
+        out["acc_correct"] = sum(no_error) / len(no_error)
+    if erroneous and no_error:
+        a, b = out["acc_erroneous"], out["acc_correct"]
+        out["f1"] = 2 * a * b / (a + b) if a and b else 0.0
+    return out
+
+
+def first_error(step_verdicts: list[bool]) -> int | None:
+    """Index of the first step judged wrong (the first False); None when every step is judged correct.
+
+    Args:
+        step_verdicts: per step, True when judged correct.
+
+    Returns:
+        The 0-based index of the first False, or None (also for no steps at all).
+    """
+    return next((k for k, ok in enumerate(step_verdicts) if not ok), None)
+
+
+def best_of_n(groups: list[list[tuple[float, float]]]) -> float:
+    """Best-of-N selection with a verifier: per problem, keep the candidate the verifier scores highest.
+
+    Args:
+        groups: one list per problem of its candidates as (verifier score, ground-truth correctness 0/1).
+            Scores must be comparable (no NaN). A problem with no candidates counts as wrong.
+
+    Returns:
+        The mean correctness of the picked candidates; ties in score go to the first candidate.
+
+    Raises:
+        ValueError: no problems.
+    """
+    if not groups:
+        raise ValueError("best_of_n needs at least one problem")
+    # max() keeps the first of equal keys, which is the tie rule.
+    return sum(max(group, key=lambda c: c[0])[1] if group else 0.0 for group in groups) / len(groups)
+
+
+def weighted_vote(groups: list[list[tuple[str | None, float, float]]],
+                  equal: Callable[[str, str], bool] | None = None) -> float:
+    """Verifier-weighted majority vote: per problem, the answer with the largest total verifier score wins.
+
+    Args:
+        groups: one list per problem of its candidates as (extracted answer or None, verifier score,
+            ground-truth correctness 0/1). Candidates without an answer never win.
+        equal: answer equivalence (e.g. "1/2" and "0.5"); an answer joins the first answer class it is
+            equal to. Default: string equality.
+
+    Returns:
+        The mean over problems of the correctness of the winning answer, taken from the first candidate
+        that carries it; a problem whose answers are all None scores 0. Ties in total go to the answer
+        seen first.
+
+    Raises:
+        ValueError: no problems.
+    """
+    if not groups:
+        raise ValueError("weighted_vote needs at least one problem")
+    total = 0.0
+    for group in groups:
+        classes: dict[str, list[float]] = {}  # first answer of the class -> [summed score, its correctness]
+        for answer, score, correctness in group:
+            if answer is None:
+                continue
+            rep = answer if equal is None else next((r for r in classes if equal(r, answer)), answer)
+            classes.setdefault(rep, [0.0, correctness])[0] += score
+        if classes:
+            total += max(classes.values(), key=lambda c: c[0])[1]  # dicts keep insertion order: ties -> first
+    return total / len(groups)
+

@@ -1,0 +1,189 @@
+"""Tests of cotrain.eval.verifier_metrics against numbers worked out by hand, edge cases, and fuzzing that
+no input makes the metrics raise or leave [0, 1]."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cotrain.eval.verifier_metrics import best_of_n, earliest_error_metrics, first_error, verdict_metrics, weighted_vote
+
+# ----------------------------------------------------------------------------- verdict_metrics
+
+
+def test_verdict_metrics_by_hand():
+    """8 solutions, 5 correct (0-4) and 3 wrong (5-7); verdicts T T T F None | T F None.
+    Correct ones: TP = 3 (0, 1, 2), FN = 2 (3 rejected, 4 unparsed).  Wrong ones: FP = 1 (5), TN = 1 (6),
+    7 unparsed (a reject for F1, wrong for accuracy).
+    accuracy = (TP + TN) / 8 = 4/8;  TPR = 3/5, TNR = 1/3, balanced = (3/5 + 1/3) / 2 = 7/15;
+    precision = 3/4, recall = 3/5, F1 = 2 * 3/4 * 3/5 / (3/4 + 3/5) = 0.9 / 1.35 = 2/3;
+    approve_rate = 4/8, base_rate = 5/8, parse_rate = 6/8.
+    AUROC: positive scores 0.9 0.6 0.5 0.5 0.2 against negative scores 0.6 0.1 0.5, 15 pairs:
+    0.9 -> 1+1+1 = 3;  0.6 -> 1/2+1+1 = 2.5;  0.5 -> 0+1+1/2 = 1.5 (twice);  0.2 -> 0+1+0 = 1;
+    total 9.5 / 15 = 19/30."""
+    approved = [True, True, True, False, None, True, False, None]
+    correct = [True, True, True, True, True, False, False, False]
+    scores = [0.9, 0.6, 0.5, 0.5, 0.2, 0.6, 0.1, 0.5]
+    m = verdict_metrics(approved, correct, scores)
+    expected = {"n": 8, "accuracy": 0.5, "balanced_accuracy": 7 / 15, "f1": 2 / 3, "precision": 0.75, "recall": 0.6,
+                "approve_rate": 0.5, "base_rate": 5 / 8, "parse_rate": 0.75, "auroc": 19 / 30}
+    assert m.keys() == expected.keys()
+    for key, value in expected.items():
+        assert m[key] == pytest.approx(value), key
+    assert "auroc" not in verdict_metrics(approved, correct)  # no scores, no AUROC
+
+
+def test_verdict_metrics_one_class_only():
+    """All correct, verdicts T F None: TPR = recall = 1/3 is the balanced accuracy (no negatives);
+    precision = 1/1, F1 = 2 * 1 * 1/3 / (4/3) = 1/2; no AUROC with one class.
+    All wrong, verdicts F T: TNR = 1/2 is the balanced accuracy; TP = 0 so precision = recall = F1 = 0."""
+    m = verdict_metrics([True, False, None], [True, True, True], scores=[0.9, 0.1, 0.5])
+    assert m["balanced_accuracy"] == pytest.approx(1 / 3)
+    assert (m["precision"], m["recall"], m["f1"]) == pytest.approx((1.0, 1 / 3, 0.5))
+    assert "auroc" not in m
+
+    m = verdict_metrics([False, True], [False, False], scores=[0.0, 1.0])
+    assert m["balanced_accuracy"] == 0.5 and m["accuracy"] == 0.5
+    assert (m["precision"], m["recall"], m["f1"]) == (0.0, 0.0, 0.0)
+    assert m["base_rate"] == 0.0 and "auroc" not in m
+
+
+def test_verdict_metrics_nothing_parsed():
+    """Two unparsed verdicts: nothing is right, nothing approved; a correct and a wrong solution, so TPR = TNR = 0."""
+    m = verdict_metrics([None, None], [True, False])
+    assert m["accuracy"] == m["balanced_accuracy"] == m["parse_rate"] == m["approve_rate"] == m["f1"] == 0.0
+    assert m["base_rate"] == 0.5
+
+
+@pytest.mark.parametrize("scores, auroc", [
+    ([0.9, 0.8, 0.2, 0.1], 1.0),  # every correct solution above every wrong one
+    ([0.1, 0.2, 0.8, 0.9], 0.0),  # exactly reversed
+    ([0.5, 0.5, 0.5, 0.5], 0.5),  # all tied: each of the 4 pairs counts 1/2
+    ([0.9, 0.2, 0.5, 0.1], 0.75),  # 0.9 beats both (2), 0.2 beats 0.1 only (1): 3 of 4 pairs
+    ([3, -1, -1, -7], 0.875),  # any finite scale; -1 vs -1 tied (1/2), others won: (2 + 1.5) / 4
+])
+def test_verdict_metrics_auroc_table(scores, auroc):
+    m = verdict_metrics([True, True, False, False], [True, True, False, False], scores)
+    assert m["auroc"] == pytest.approx(auroc)
+
+
+def test_verdict_metrics_edge_cases():
+    assert verdict_metrics([], []) == {"n": 0}
+    assert verdict_metrics([], [], scores=[]) == {"n": 0}
+    # numpy bools and 0/1 ints are read as bools
+    assert verdict_metrics(list(np.array([True, False])), [1, 0])["accuracy"] == 1.0
+    with pytest.raises(ValueError, match="one entry per solution"):
+        verdict_metrics([True], [True, False])
+    with pytest.raises(ValueError, match="one entry per solution"):
+        verdict_metrics([True], [True], scores=[0.1, 0.2])
+    with pytest.raises(ValueError, match="finite"):
+        verdict_metrics([True, False], [True, False], scores=[float("nan"), 0.2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([True, False, None]), st.booleans(),
+                               st.floats(allow_nan=False, allow_infinity=False)), max_size=30),
+       with_scores=st.booleans())
+def test_verdict_metrics_fuzz(rows, with_scores):
+    approved = [r[0] for r in rows]
+    correct = [r[1] for r in rows]
+    m = verdict_metrics(approved, correct, [r[2] for r in rows] if with_scores else None)
+    assert m["n"] == len(rows)
+    for key, value in m.items():
+        if key != "n":
+            assert 0.0 <= value <= 1.0, (key, value)
+    has_both = any(correct) and not all(correct)
+    assert ("auroc" in m) == (with_scores and has_both)
+
+
+# ----------------------------------------------------------------------------- earliest error
+
+
+def test_earliest_error_metrics_by_hand():
+    """true  2 2 1    0 | None None None      pred  2 1 None 0 | None None 3
+    Erroneous (4): hits at 0 and 3, misses at 1 (wrong index) and 2 (error not found) -> 2/4.
+    Error-free (3): None, None right, 3 is a false alarm -> 2/3.
+    F1 = 2 * 1/2 * 2/3 / (1/2 + 2/3) = (2/3) / (7/6) = 4/7."""
+    pred = [2, 1, None, 0, None, None, 3]
+    true = [2, 2, 1, 0, None, None, None]
+    m = earliest_error_metrics(pred, true)
+    assert m == pytest.approx({"n_erroneous": 4, "n_correct": 3, "acc_erroneous": 0.5, "acc_correct": 2 / 3,
+                               "f1": 4 / 7})
+
+
+def test_earliest_error_metrics_edge_cases():
+    # index 0 is a prediction, not "no error": a false alarm on a clean solution, a hit on a wrong one
+    assert earliest_error_metrics([0, 0], [None, 0]) == {"n_erroneous": 1, "n_correct": 1, "acc_erroneous": 1.0,
+                                                         "acc_correct": 0.0, "f1": 0.0}
+    # one group empty: the other group's accuracy, no F1
+    assert earliest_error_metrics([None, 1], [None, None]) == {"n_erroneous": 0, "n_correct": 2, "acc_correct": 0.5}
+    assert earliest_error_metrics([1], [1]) == {"n_erroneous": 1, "n_correct": 0, "acc_erroneous": 1.0}
+    assert earliest_error_metrics([], []) == {"n_erroneous": 0, "n_correct": 0}
+    with pytest.raises(ValueError, match="differ in length"):
+        earliest_error_metrics([None], [])
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.none() | st.integers(0, 5), st.none() | st.integers(0, 5)), max_size=30))
+def test_earliest_error_metrics_fuzz(rows):
+    m = earliest_error_metrics([r[0] for r in rows], [r[1] for r in rows])
+    assert m["n_erroneous"] + m["n_correct"] == len(rows)
+    for key, value in m.items():
+        if not key.startswith("n_"):
+            assert 0.0 <= value <= 1.0, (key, value)
+    assert ("f1" in m) == (m["n_erroneous"] > 0 and m["n_correct"] > 0)
+
+
+@pytest.mark.parametrize("verdicts, index", [
+    ([True, True, False, False], 2),  # the first of two wrong steps
+    ([False, True], 0),  # wrong from the first step
+    ([True, True, True], None),  # all correct
+    ([], None),  # no steps: nothing judged wrong
+])
+def test_first_error(verdicts, index):
+    assert first_error(verdicts) == index
+
+
+# ----------------------------------------------------------------------------- test-time selection
+
+
+def test_best_of_n_by_hand():
+    """Problem 1: scores 0.2 0.9 0.5 -> 0.9, correct (1).  Problem 2: 0.7 and 0.7 tie -> the first, wrong (0).
+    Problem 3: one candidate, correct (1).  Problem 4: no candidates (0).  Mean = 2/4."""
+    groups = [[(0.2, 0), (0.9, 1), (0.5, 0)], [(0.7, 0), (0.7, 1)], [(0.1, 1)], []]
+    assert best_of_n(groups) == 0.5
+    assert best_of_n([[(-3.0, 1.0), (-5.0, 0.0)]]) == 1.0  # negative scores (e.g. log-probs) work too
+    with pytest.raises(ValueError, match="at least one problem"):
+        best_of_n([])
+
+
+def test_weighted_vote_by_hand():
+    """Problem 1: "4" totals 0.2 + 0.3 = 0.5 < "5" at 0.9 -> "5", correct (1); a plain majority would pick "4";
+    the unparsed candidate with score 5 never wins.
+    Problem 2: "8" and "7" tie at 0.5 -> "8", seen first, wrong (0).
+    Problem 3: no answer parsed (0).
+    Problem 4: with numeric equality "0.5" + "1/2" = 0.8 > "2" at 0.6 -> correct (1);
+               with string equality "2" wins at 0.6 -> wrong (0).
+    Mean: (1 + 0 + 0 + 1) / 4 = 0.5 with equality, (1 + 0 + 0 + 0) / 4 = 0.25 without."""
+    groups = [
+        [("4", 0.2, 0), ("5", 0.9, 1), ("4", 0.3, 0), (None, 5.0, 0)],
+        [("8", 0.5, 0), ("7", 0.5, 1)],
+        [(None, 1.0, 0), (None, 0.3, 0)],
+        [("0.5", 0.4, 1), ("1/2", 0.4, 1), ("2", 0.6, 0)],
+    ]
+    def numeric(a: str, b: str) -> bool:
+        return Fraction(a) == Fraction(b)
+    assert weighted_vote(groups, equal=numeric) == 0.5
+    assert weighted_vote(groups) == 0.25
+
+
+def test_weighted_vote_takes_correctness_of_first_carrier():
+    """"1/2" (graded 0) and "0.5" (graded 1) are one class under numeric equality; the class is scored by
+    its first candidate, "1/2" -> 0. A lone unparsed candidate scores 0; no problems is an error."""
+    def numeric(a: str, b: str) -> bool:
+        return Fraction(a) == Fraction(b)
+    assert weighted_vote([[("1/2", 0.5, 0), ("0.5", 0.5, 1)]], equal=numeric) == 0.0
+    assert weighted_vote([[(None, 1.0, 1)]]) == 0.0
+    with pytest.raises(ValueError, match="at least one problem"):
+        weighted_vote([])
