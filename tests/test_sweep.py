@@ -1,0 +1,301 @@
+"""Sweeps: mean ± 95% CI by hand, cell expansion, up-front validation, the summary, skip/resume, and one
+real two-cell sweep through the CLI."""
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cotrain.cli import main
+from cotrain.runs import sweep as sweep_mod
+from cotrain.runs.sweep import load_sweep, mean_ci95, plan, run_sweep, summarize
+
+REPO = Path(__file__).resolve().parents[1]
+
+NANO_SFT = {
+    "recipe": "sft",
+    "model": {"preset": "nano"},
+    "task": {"name": "arith", "n_ops": [1, 1], "max_operand": 9},
+    "train": {"steps": 3, "batch_size": 8, "n_problems": 100},  # n_ops [1, 1] has only 162 distinct problems
+    "eval": {"n": 10, "k": 0, "n_sampled": 0, "splits": ["test"]},
+    "log": {"progress": False, "tensorboard": False},
+    "checkpoint": {"every": 0},
+}
+
+
+def _write_sweep(tmp_path: Path, spec: dict, base: dict | None = NANO_SFT) -> Path:
+    """sweeps/s.yaml with its base config one directory up, as in configs/sweeps/."""
+    (tmp_path / "sweeps").mkdir(exist_ok=True)
+    if base is not None:
+        (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+        spec = {"base": "../base.yaml", **spec}
+    path = tmp_path / "sweeps" / "s.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _fake_eval(run_dir: Path, pass1: float) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": pass1, "n": 10}}}))
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def test_mean_ci95_two_values():
+    """[0.5, 0.7]: mean 0.6; sd = sqrt((0.1² + 0.1²) / 1) = 0.14142; se = sd / sqrt(2) = 0.1;
+    df = 1, t = 12.706, half-width = 12.706 * 0.1 = 1.2706."""
+    mean, half = mean_ci95([0.5, 0.7])
+    assert mean == pytest.approx(0.6)
+    assert half == pytest.approx(1.2706)
+
+
+def test_mean_ci95_four_values():
+    """[1, 2, 3, 4]: mean 2.5; squared deviations 2.25 + 0.25 + 0.25 + 2.25 = 5, sd = sqrt(5 / 3) = 1.29099;
+    se = 1.29099 / 2 = 0.645497; df = 3, t = 3.182, half-width = 3.182 * 0.645497 = 2.053972."""
+    mean, half = mean_ci95([1, 2, 3, 4])
+    assert mean == pytest.approx(2.5)
+    assert half == pytest.approx(2.053972, abs=1e-6)
+
+
+def test_mean_ci95_many_values_use_the_normal_quantile():
+    """20 zeros and 20 ones: mean 0.5; squared deviations 40 * 0.25 = 10, sd = sqrt(10 / 39) = 0.506370;
+    se = 0.506370 / sqrt(40) = 0.0800641; df = 39 > 30, so 1.96: half-width = 0.156926."""
+    mean, half = mean_ci95([0.0, 1.0] * 20)
+    assert mean == pytest.approx(0.5)
+    assert half == pytest.approx(0.156926, abs=1e-6)
+
+
+def test_mean_ci95_too_few_values():
+    mean, half = mean_ci95([0.3])
+    assert mean == 0.3 and math.isnan(half)       # one seed: no spread to speak of
+    assert all(math.isnan(x) for x in mean_ci95([]))
+    assert mean_ci95([0.4, 0.4]) == (0.4, 0.0)    # identical seeds: a zero-width interval
+
+
+# ---------------------------------------------------------------- cells
+
+
+def test_a_2x2_grid_with_2_seeds(tmp_path, capsys):
+    path = _write_sweep(tmp_path, {
+        "overrides": {"train.steps": 2},
+        "prepare": {"overrides": {"recipe": "sft", "model.preset": "nano", "train.steps": 7}},
+        "grid": {"train.lr": [0.001, "2e-3"], "task.n_ops": [[1, 1], [1, 2]]},
+        "seeds": [0, 1],
+    })
+    sweep = load_sweep(path, ["eval.n=5"])
+    assert [c.name for c in sweep.cells] == [
+        "train.lr=0.001,task.n_ops=1_1", "train.lr=0.001,task.n_ops=1_2",
+        "train.lr=2e-3,task.n_ops=1_1", "train.lr=2e-3,task.n_ops=1_2"]
+    last = sweep.cells[-1].configs[1]
+    assert (last["train"]["lr"], last["task"]["n_ops"], last["seed"]) == (0.002, [1, 2], 1)
+    assert last["train"]["steps"] == 2 and last["eval"]["n"] == 5          # the file's and the command line's
+    assert last["model"]["preset"] == "nano" and last["train"]["batch_size"] == 8   # the base config's
+    assert sweep.prepare["train"]["steps"] == 7 and sweep.prepare["eval"]["n"] == 5
+
+    runs = plan(sweep, tmp_path / "out")
+    assert len(runs) == 1 + 4 * 2
+    assert runs[0].run_dir == tmp_path / "out" / "prepare"
+    assert runs[2].label == "train.lr=0.001,task.n_ops=1_1 seed1"
+    assert runs[2].run_dir == tmp_path / "out" / "train.lr=0.001,task.n_ops=1_1" / "seed1"
+    assert runs[2].config["init"] == str(tmp_path / "out" / "prepare")
+
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run", "eval.n=5"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 cells x 2 seeds, plus prepare" in printed and printed.count(" new ") == 9
+    assert not (tmp_path / "out").exists()
+
+
+def _fails(argv, capsys, message):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("cotrain: error: ") and message in err, err
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"grid": {"train.steps": [2, -1]}}, "cell train.steps=-1: invalid config: train.steps"),   # the 2nd cell is bad
+    ({"grid": {"train.lrr": [1]}}, "did you mean 'train.lr'?"),
+    ({"grid": {"train.lr": []}}, "grid key 'train.lr' has an empty list"),
+    ({"grid": {"train.lr": 0.1}}, "needs a list of values"),
+    ({"grid": {"train.lr": [0.1]}, "seed": [0, 1]}, "unknown key 'seed' in sweep file"),          # a typo of seeds
+    ({"grid": {"seed": [0, 1]}}, "'seed' cannot be a grid key"),
+    ({"grid": {"train.lr": [0.1]}, "overrides": {"train.lr": 0.2}}, "'train.lr' is a grid key"),
+    ({"grid": {"train.lr": [0.1]}, "seeds": []}, "seeds must be a non-empty list"),
+    ({"base": "../nope.yaml"}, "base config not found"),
+    ({"prepare": {"config": "nope.yaml"}}, "prepare config not found"),
+    ({"prepare": {"overides": {}}}, "unknown key 'overides' in prepare"),
+])
+def test_sweep_user_errors_before_anything_runs(tmp_path, capsys, monkeypatch, spec, message):
+    monkeypatch.setattr(sweep_mod, "launch", lambda *a: pytest.fail("a run was launched"))
+    path = _write_sweep(tmp_path, spec)
+    _fails(["sweep", str(path), "--out", str(tmp_path / "out")], capsys, message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_file_errors(tmp_path, capsys):
+    _fails(["sweep", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "out")], capsys, "sweep file not found")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grid: {train.lr: [1, 2}\n")
+    _fails(["sweep", str(bad), "--out", str(tmp_path / "out")], capsys, "bad YAML")
+    path = _write_sweep(tmp_path, {"grid": {"train.lr": [0.1]}})
+    _fails(["sweep", str(path), "--out", str(tmp_path / "out"), "seed=3"], capsys, "'seed' in the command line")
+    _fails(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "0"], capsys, "--jobs must be at least 1")
+    _fails(["sweep", str(path)], capsys, "--out")
+
+
+# ---------------------------------------------------------------- summary
+
+
+def test_summarize_fabricated_runs(tmp_path):
+    """Cell lr=0.001: pass@1 0.5 and 0.7 -> 0.6 ± 1.2706 (see the first test); cell lr=0.002: one seed of
+    0.2 -> no interval. `last:gen/loss` over 20 logged steps with loss = step: the last 10% are steps 19
+    and 20 -> 19.5 (a truncated line and rows without the key are skipped)."""
+    path = _write_sweep(tmp_path, {"grid": {"train.lr": [0.001, 0.002]}, "seeds": [0, 1],
+                                   "metrics": ["generator/test/pass@1", "last:gen/loss"]})
+    sweep = load_sweep(path)
+    out = tmp_path / "out"
+    _fake_eval(out / "train.lr=0.001" / "seed0", 0.5)
+    _fake_eval(out / "train.lr=0.001" / "seed1", 0.7)
+    _fake_eval(out / "train.lr=0.002" / "seed0", 0.2)
+    (out / "train.lr=0.002" / "seed1").mkdir()  # unfinished: no eval.json, not counted
+    rows = [{"step": s, "gen/loss": float(s)} for s in range(1, 21)] + [{"step": 20, "eval/test/pass@1": 0.2}]
+    (out / "train.lr=0.002" / "seed0" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + '{"step": 21, "gen/lo')
+
+    summarize(sweep, out)
+    got = list(csv.DictReader((out / "summary.csv").open()))
+    assert list(got[0]) == ["cell", "train.lr", "n_seeds", "generator/test/pass@1_mean", "generator/test/pass@1_ci95",
+                            "last:gen/loss_mean", "last:gen/loss_ci95"]
+    assert [(r["cell"], r["train.lr"], r["n_seeds"]) for r in got] == [("train.lr=0.001", "0.001", "2"),
+                                                                      ("train.lr=0.002", "0.002", "1")]
+    assert float(got[0]["generator/test/pass@1_mean"]) == pytest.approx(0.6)
+    assert float(got[0]["generator/test/pass@1_ci95"]) == pytest.approx(1.2706)
+    assert got[0]["last:gen/loss_mean"] == ""                                # no metrics.jsonl there
+    assert float(got[1]["generator/test/pass@1_mean"]) == pytest.approx(0.2)
+    assert got[1]["generator/test/pass@1_ci95"] == ""                        # one seed
+    assert float(got[1]["last:gen/loss_mean"]) == pytest.approx(19.5)
+
+    md = (out / "summary.md").read_text().splitlines()
+    assert md[:4] == ["| train.lr | n | generator/test/pass@1 | last:gen/loss |",
+                      "|---|---:|---:|---:|",
+                      "| 0.001 | 2 | 0.600 ± 1.271 | – |",
+                      "| 0.002 | 1 | 0.200 ± – | 19.500 ± – |"]
+    assert not list(out.glob("*.tmp"))
+
+
+def test_summary_defaults_to_every_numeric_leaf_but_n(tmp_path):
+    path = _write_sweep(tmp_path, {"grid": {"train.lr": [0.001]}})
+    out = tmp_path / "out"
+    (out / "train.lr=0.001" / "seed0").mkdir(parents=True)
+    (out / "train.lr=0.001" / "seed0" / "eval.json").write_text(json.dumps(
+        {"generator": {"test": {"pass@1": 0.5, "n": 10, "pass@4": 0.75}, "ood": {"pass@1": 0.25, "n": 10}}}))
+    [row] = summarize(load_sweep(path), out)
+    assert [k for k in row if k.endswith("_mean")] == [
+        "generator/test/pass@1_mean", "generator/test/pass@4_mean", "generator/ood/pass@1_mean"]
+
+
+# ---------------------------------------------------------------- skip, resume, failures
+
+
+class _Exited:
+    """What `launch` returns: a process that has already ended."""
+
+    def __init__(self, returncode: int):
+        self.returncode = returncode
+
+    def poll(self):
+        return self.returncode
+
+    def terminate(self):
+        pass
+
+    def wait(self):
+        return self.returncode
+
+
+def test_finished_runs_are_skipped_and_unfinished_ones_resumed(tmp_path, monkeypatch, capsys):
+    launched = {}
+
+    def fake_launch(run, resume, env):
+        launched[run.label] = (resume, yaml.safe_load(run.config_path.read_text()))
+        _fake_eval(run.run_dir, 0.5)
+        return _Exited(0)
+
+    monkeypatch.setattr(sweep_mod, "launch", fake_launch)
+    path = _write_sweep(tmp_path, {"prepare": {"overrides": {"model.preset": "nano"}},
+                                   "grid": {"train.lr": [0.001]}, "seeds": [0, 1, 2]})
+    out = tmp_path / "out"
+    _fake_eval(out / "prepare", 0.1)                    # finished: skipped
+    _fake_eval(out / "train.lr=0.001" / "seed0", 0.4)   # finished: skipped
+    (out / "train.lr=0.001" / "seed1").mkdir()          # started: resumed
+    assert run_sweep(load_sweep(path), out, jobs=2) == 0
+    assert set(launched) == {"train.lr=0.001 seed1", "train.lr=0.001 seed2"}
+    resume, config = launched["train.lr=0.001 seed1"]
+    assert resume and config["seed"] == 1 and config["init"] == str(out / "prepare")
+    assert launched["train.lr=0.001 seed2"][0] is False
+    printed = capsys.readouterr().out
+    assert "[1/4] prepare already finished" in printed and "[2/4] train.lr=0.001 seed0 already finished" in printed
+    assert "[3/4] train.lr=0.001 seed1 resumed" in printed
+    assert "| 0.001 | 3 | 0.467 ± " in printed           # (0.4 + 0.5 + 0.5) / 3
+
+
+def test_failed_runs_are_reported_and_the_rest_summarised(tmp_path, monkeypatch, capsys):
+    def fake_launch(run, resume, env):
+        if run.label.endswith("seed0"):
+            _fake_eval(run.run_dir, 0.5)
+            return _Exited(0)
+        run.run_dir.mkdir(parents=True)
+        return _Exited(1)
+
+    monkeypatch.setattr(sweep_mod, "launch", fake_launch)
+    path = _write_sweep(tmp_path, {"grid": {"train.lr": [0.001]}, "seeds": [0, 1]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "seed1 FAILED (exit 1)" in printed
+    assert f"train.lr=0.001 seed1: exit 1, log {out / 'train.lr=0.001' / 'seed1.log'}" in printed
+    assert list(csv.DictReader((out / "summary.csv").open()))[0]["n_seeds"] == "1"
+
+
+def test_a_run_dir_of_another_config_stops_the_sweep(tmp_path, capsys):
+    path = _write_sweep(tmp_path, {"grid": {"train.lr": [0.001]}})
+    run_dir = tmp_path / "out" / "train.lr=0.001" / "seed0"
+    run_dir.mkdir(parents=True)
+    config = plan(load_sweep(path, ["train.steps=9"]), tmp_path / "out")[0].config
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    _fails(["sweep", str(path), "--out", str(tmp_path / "out")], capsys, "another config (train.steps: 9 -> 3)")
+    # sections added to or removed from the config since the run was made are not a different experiment
+    config = plan(load_sweep(path), tmp_path / "out")[0].config
+    del config["log"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "retired_section": {"x": 1}}))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def test_real_sweep_through_the_cli(tmp_path, monkeypatch, capsys):
+    """Two nano SFT runs of 3 steps at once; the second call finds both finished and launches nothing."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    path = _write_sweep(tmp_path, {"grid": {"train.lr": [1.0e-3, 2.0e-3]}, "seeds": [0],
+                                   "metrics": ["generator/test/pass@1", "last:gen/loss"]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "2"]) == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert printed.count(" done in ") == 2
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [r["cell"] for r in rows] == ["train.lr=0.001", "train.lr=0.002"]
+    for row in rows:
+        assert row["n_seeds"] == "1"
+        assert 0 <= float(row["generator/test/pass@1_mean"]) <= 1 and float(row["last:gen/loss_mean"]) > 0
+    assert yaml.safe_load((out / "train.lr=0.002" / "seed0" / "config.yaml").read_text())["train"]["lr"] == 0.002
+    assert (out / "train.lr=0.001" / "seed0.log").is_file()
+
+    monkeypatch.setattr(sweep_mod, "launch", lambda *a: pytest.fail("a finished run was launched again"))
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "2"]) == 0
+    assert capsys.readouterr().out.count("already finished") == 2
