@@ -25,9 +25,10 @@ import time
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.models.generate import generate, group_logprobs
+from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.rl.losses import contributing_groups, group_advantages, grpo_loss, masked_mean
+from cotrain.recipes.policy import policy_update
+from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.runs.session import (
     build_task,
     derive_seed,
@@ -41,31 +42,6 @@ from cotrain.runs.session import (
     sample_batch,
     training_pool,
 )
-
-
-def _logprobs(model, ro, groups: torch.Tensor, cfg: RunConfig):
-    """Log-probs [b*G, T] of the completions of `groups` (indices of prompts), each prompt run once."""
-    g = cfg.grpo.group_size
-    rows = (groups[:, None] * g + torch.arange(g)).reshape(-1)                  # [b*G]
-    return group_logprobs(model, ro.prompt_ids[groups * g], ro.prompt_mask[groups * g], ro.completion_ids[rows],
-                          ro.completion_mask[rows], g, temperature=cfg.grpo.temperature,
-                          bf16=cfg.train.bf16), rows
-
-
-def zero_grads(model: torch.nn.Module) -> None:
-    """Zero gradients that exist as tensors even when no backward pass follows: a step that trains no
-    group must still step AdamW's moments, exactly as the zero gradient of the full batch would."""
-    for p in model.parameters():
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        else:
-            p.grad.zero_()
-
-
-@torch.no_grad()
-def _logprobs_no_grad(model, ro, groups: torch.Tensor, cfg: RunConfig) -> torch.Tensor:
-    (logp, _), _ = _logprobs(model, ro, groups, cfg)
-    return logp
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
@@ -104,41 +80,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             mask[ro.truncated] = 0
 
         # -------------------------------------------------------------- loss and update
-        # With beta == 0, groups whose rewards are all equal have zero advantage on every token and
-        # add exactly zero to the gradient: they are left out of the forward and backward passes,
-        # and the loss keeps the normalisers of the whole minibatch, so the update is unchanged.
         t1 = time.time()
-        active = set(contributing_groups(advantages, g.group_size, g.beta).tolist())
-        minibatches = [[i for i in mb.tolist()] for mb in torch.arange(n_prompts).chunk(g.num_minibatches)]
-        trained = [torch.tensor([i for i in mb if i in active], dtype=torch.long) for mb in minibatches]
-        reuse = g.num_iterations > 1 or g.num_minibatches > 1
-        old_logp = [_logprobs_no_grad(model, ro, t, cfg) if reuse and len(t) else None for t in trained]
-        ref_logp = [_logprobs_no_grad(ref_model, ro, t, cfg) if ref_model and len(t) else None for t in trained]
-        stats: dict[str, list[float]] = {}
-        for _ in range(g.num_iterations):
-            for k, (mb, groups) in enumerate(zip(minibatches, trained)):
-                mb_rows = [i * g.group_size + j for i in mb for j in range(g.group_size)]
-                zero_grads(model)
-                st = {"loss": 0.0}
-                if len(groups):
-                    (logp, _), rows = _logprobs(model, ro, groups, cfg)                     # [b*G, T]
-                    loss, st = grpo_loss(
-                        logp, old_logp[k] if reuse else logp.detach(), advantages[rows].to(logp.device),
-                        mask[rows].to(logp.device),
-                        epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta, ref_logp=ref_logp[k],
-                        loss_type=g.loss_type, num_sequences=len(mb_rows), num_tokens=int(mask[mb_rows].sum()),
-                        max_len=g.max_new_tokens)
-                    loss.backward()
-                    st["loss"] = loss.item()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
-                opt.step()
-                st["grad_norm"] = grad_norm.item()
-                for key, v in st.items():
-                    stats.setdefault(key, []).append(v)
+        stats = policy_update(model, opt, ro, advantages, mask, g, max_grad_norm=cfg.train.max_grad_norm,
+                              bf16=cfg.train.bf16, ref_model=ref_model)
         sched.step()
         t_update = time.time() - t1
-        for key in ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl"):
-            stats.setdefault(key, [0.0])  # no group trained this step: nothing clipped, no KL measured
 
         # -------------------------------------------------------------- log / eval / checkpoint
         grouped = rewards.view(-1, g.group_size)
@@ -150,12 +96,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/len_mean": ro.lengths.float().mean().item(),
             "gen/len_clipped_ratio": ro.truncated.float().mean().item(),
             "gen/entropy": masked_mean(ro.entropy, ro.completion_mask).item(),  # of the sampler, all rows
-            "gen/frac_groups_trained": len(active) / n_prompts,
             "gen/lr": sched.get_last_lr()[0],
-            **{f"gen/{k}": sum(v) / len(v) for k, v in stats.items()},
+            **{f"gen/{k}": v for k, v in stats.items() if k != "tokens_trained"},
             "tokens/gen_generated": int(ro.completion_mask.sum()),
-            "tokens/gen_trained": sum(int(mask[i * g.group_size:(i + 1) * g.group_size].sum()) for i in active)
-            * g.num_iterations,
+            "tokens/gen_trained": stats["tokens_trained"],
             "time/gen": t_gen, "time/update": t_update, "time/step": time.time() - t0,
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
