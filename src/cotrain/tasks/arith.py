@@ -185,6 +185,39 @@ def step_labels(question: str, steps: tuple[str, ...] | list[str]) -> list[bool]
     return labels
 
 
+def step_rationales(question: str, steps: tuple[str, ...] | list[str]) -> list[str]:
+    """A verifier's rationale for each step of a solution: the step recomputed, then the claimed result.
+
+    Step k is recomputed from its expected left operand (the previous step's stated result, or the
+    question's first number; after an unparsable step, the previous recomputed result) and the
+    question's k-th operation; the result the step states follows after a space ("?" when the line
+    does not parse). A step beyond the question's operations gets "?". Never raises.
+
+    Args:
+        question: e.g. "12+34-5".
+        steps: e.g. ("12+34=46", "46-5=42").
+
+    Returns:
+        e.g. ["12+34=46 46", "46-5=41 42"]; all "?" when `question` is not an arith question.
+    """
+    parsed_question = parse_question(question)
+    if parsed_question is None:
+        return ["?"] * len(steps)
+    left, operations = parsed_question
+    rationales = []
+    for k, line in enumerate(steps):
+        step = parse_step(line)
+        claimed = "?" if step is None else str(step[3])
+        if k >= len(operations):
+            rationales.append("?")
+            continue
+        op, right = operations[k]
+        result = _APPLY[op](left, right)
+        rationales.append(f"{format_step(left, op, right, result)} {claimed}")
+        left = result if step is None else step[3]
+    return rationales
+
+
 def corrupt_solution(question: str, k: int, rng: random.Random) -> tuple[tuple[str, ...], str]:
     """A solution whose step k states a wrong result, and every later step computes correctly from it.
 
@@ -345,6 +378,10 @@ class ArithTask:
     def step_labels(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[bool]:
         """See `step_labels` (module level): per-step correctness; the earliest error is the first False."""
         return step_labels(problem.question, steps)
+
+    def step_rationales(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
+        """See `step_rationales` (module level): each step recomputed, then the result it claims."""
+        return step_rationales(problem.question, steps)
 
 
 def _check_range(name: str, value) -> tuple[int, int]:

@@ -1,0 +1,150 @@
+"""Generator-verifier co-training (RL Tango) as pure functions: rewards of both roles, process
+advantages from the verifier's step verdicts, the mixing weight, and the verifier's class weights.
+
+Shape letters: N = B*G generator samples (a prompt's G samples contiguous), T completion tokens,
+K_i steps of sample i.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def step_rewards(verdicts: list[bool], n_steps: int) -> list[float] | None:
+    """r_k = +1/K if step k is judged correct else -1/K; None unless exactly K = n_steps verdicts.
+
+    Args:
+        verdicts: the verifier's step verdicts of one solution.
+        n_steps: K, the number of steps the solution has.
+    """
+    if n_steps == 0 or len(verdicts) != n_steps:
+        return None
+    return [(1.0 if v else -1.0) / n_steps for v in verdicts]
+
+
+def step_token_ends(pieces: list[str], line_indices: list[int]) -> list[int]:
+    """The token on which each step ends: the one holding the newline that closes the step's line.
+
+    Args:
+        pieces: the decoded text of each completion token, in order.
+        line_indices: the (0-based) line of the completion each step occupies.
+
+    Returns:
+        One token index per step; a line that no newline closes ends on the last token.
+    """
+    last = max(len(pieces) - 1, 0)
+    ends, newlines, t = [], 0, 0
+    for line in sorted(line_indices):
+        while t < len(pieces) and newlines + pieces[t].count("\n") <= line:
+            newlines += pieces[t].count("\n")
+            t += 1
+        ends.append(min(t, last))
+    order = sorted(range(len(line_indices)), key=lambda i: line_indices[i])
+    out = [0] * len(line_indices)
+    for rank, i in enumerate(order):
+        out[i] = ends[rank]
+    return out
+
+
+def process_advantages(rewards: list[list[float] | None], ends: list[list[int]], group_size: int,
+                       length: int, eps: float = 1e-4) -> torch.Tensor:
+    """Per-token process advantages from step rewards (RL Tango).
+
+    Within each group, the step rewards of all its usable samples are z-normalised together,
+    r~ = (r - mean) / (std + eps); then A_proc[i, t] = sum of r~_k over the steps k of sample i that
+    end at or after token t (0 after the last step). Samples whose rewards are None get 0.
+
+    Args:
+        rewards: N entries, each K_i step rewards or None.
+        ends: N entries, each the K_i end tokens (same order as the rewards).
+        group_size: G.
+        length: T.
+
+    Returns:
+        [N, T].
+    """
+    assert len(rewards) == len(ends) and len(rewards) % group_size == 0, "one entry per sample, whole groups"
+    out = torch.zeros(len(rewards), length)                                        # [N, T]
+    for start in range(0, len(rewards), group_size):
+        members = range(start, start + group_size)
+        pooled = torch.tensor([r for i in members if rewards[i] is not None for r in rewards[i]])
+        if pooled.numel() == 0:
+            continue
+        scale = (pooled.std() if pooled.numel() > 1 else 0.0) + eps
+        mean = pooled.mean()
+        for i in members:
+            if rewards[i] is None:
+                continue
+            for r, end in zip(rewards[i], ends[i]):
+                normalised = (r - mean) / scale if scale > 0 else 0.0               # equal rewards: all 0
+                out[i, :min(end, length - 1) + 1] += normalised                     # reaches every t <= end
+    return out
+
+
+def mix_advantages(outcome: torch.Tensor, process: torch.Tensor, alpha: float) -> torch.Tensor:
+    """A_t = (1 - alpha) * A_out + alpha * A_proc,t.  outcome [N], process [N, T] -> [N, T]."""
+    return (1 - alpha) * outcome[:, None] + alpha * process
+
+
+def alpha_at(step: int, total: int, alpha0: float, schedule: str = "constant", final: float = 1e-3) -> float:
+    """The process-advantage weight at generator step `step` (1-based) of `total`.
+
+    constant: alpha0. exp: alpha0 * (final / alpha0) ** ((step - 1) / (total - 1)), from alpha0 at the
+    first step down to `final` at the last.
+    """
+    if schedule == "constant" or alpha0 <= 0:
+        return alpha0
+    if schedule != "exp":
+        raise ValueError(f"alpha schedule must be constant or exp, got {schedule!r}")
+    frac = (step - 1) / max(total - 1, 1)
+    return alpha0 * (final / alpha0) ** min(max(frac, 0.0), 1.0)
+
+
+def verifier_rewards(final: list[bool | None], correct: list[bool], fmt: list[float], w_format: float,
+                     adversarial: bool = False, w_catch: float = 1.0) -> torch.Tensor:
+    """r = 1[final verdict == ground-truth correctness] + w_format * format; a missing verdict never matches.
+
+    Adversarial (GAR): plus w_catch for rejecting a solution that is in fact incorrect.
+    Returns [N].
+    """
+    out = []
+    for v, c, f in zip(final, correct, fmt, strict=True):
+        r = float(v is not None and v == c) + w_format * f
+        if adversarial and v is False and not c:
+            r += w_catch
+        out.append(r)
+    return torch.tensor(out)
+
+
+def generator_rewards(correct: list[bool], approved: list[bool | None], adversarial: bool = False,
+                      w_approve: float = 0.5) -> torch.Tensor:
+    """Outcome reward 1[correct]; adversarial (GAR) adds w_approve for correct solutions the verifier approves.
+    Returns [N]."""
+    return torch.tensor([float(c) + (w_approve if adversarial and c and a is True else 0.0)
+                         for c, a in zip(correct, approved, strict=True)])
+
+
+def class_weights(labels: list[bool], ema: tuple[float, float] | None, decay: float = 0.8
+                  ) -> tuple[torch.Tensor, tuple[float, float]]:
+    """Per-sample weights that rebalance the verifier's two classes (GT-correct / GT-incorrect).
+
+    The running counts are EMAs of each class's count per batch, ema_c <- decay * ema_c + (1 - decay)
+    * n_c (the first batch sets them to its counts); a class's coefficient is 1 / sqrt(max(ema_c, 1)),
+    and the coefficients are rescaled so that the batch's samples have mean weight 1.
+
+    Args:
+        labels: ground-truth correctness of each sample's solution.
+        ema: the running (correct, incorrect) counts, None at the first batch.
+    Returns:
+        (weights [N], updated ema).
+    """
+    n_pos = sum(bool(x) for x in labels)
+    n_neg = len(labels) - n_pos
+    if ema is None:
+        ema = (float(n_pos), float(n_neg))
+    else:
+        ema = (decay * ema[0] + (1 - decay) * n_pos, decay * ema[1] + (1 - decay) * n_neg)
+    coef = (1 / math.sqrt(max(ema[0], 1.0)), 1 / math.sqrt(max(ema[1], 1.0)))
+    raw = torch.tensor([coef[0] if x else coef[1] for x in labels])
+    return (raw / raw.mean() if len(labels) else raw), ema

@@ -1,0 +1,170 @@
+"""The verifier role: how a (problem, solution) pair is put to a generative verifier, what it should
+write, and how its output is read. Pure string functions; `parse` never raises.
+
+A verification is one line per step of the solution, each ending with a verdict word, then a final
+verdict line:
+
+    tiny world (plain prompt)               chat models
+    12+34=46 46 ok                          Step 1: 12+34 is 46, as stated. CORRECT
+    46-5=41 42 no                           Step 2: 46-5 is 41, not 42. INCORRECT
+    #no                                     Final: INCORRECT
+
+Whatever comes before a step's verdict word is the verifier's rationale. In the tiny world it is the
+step recomputed from its own operands followed by the result the solution claims, so that judging a
+step reduces to writing the arithmetic digit by digit and comparing two adjacent numbers: a
+~1M-parameter verifier cannot learn to judge `57-7=50` in one token, but it can learn this.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PLAIN_MARK = "@check"
+"""Line after the solution in a plain verifier prompt: what tells a from-scratch model to verify."""
+
+CHAT_INSTRUCTION = (
+    "Below are a problem and a proposed solution with numbered steps. Check every step in order. For "
+    "each step write one line 'Step k: <your check> CORRECT' or 'Step k: <your check> INCORRECT'. Then "
+    "write a last line 'Final: CORRECT' if the final answer is right, else 'Final: INCORRECT'.\n\n"
+    "Problem: {question}\n\nSolution:\n{steps}")
+
+_WORDS = {"ok": True, "correct": True, "no": False, "incorrect": False}
+_SPLIT = re.compile(r"[\s:]+")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A parsed verifier output.
+
+    Attributes:
+        steps: the verdict of each step line, in order (True = judged correct).
+        final: the final verdict (True = the solution is judged correct), None when absent.
+        format: in [0, 1]: half for a final verdict, half for exactly the expected number of step verdicts.
+    """
+
+    steps: list[bool] = field(default_factory=list)
+    final: bool | None = None
+    format: float = 0.0
+
+
+# ----------------------------------------------------------------------------- the solution's steps
+
+
+def split_steps(completion: str) -> list[tuple[int, str]]:
+    """The steps of a generator completion: (line index, stripped text) of each non-empty line before
+    the first line that starts with `#` (the final-answer line). Never raises.
+
+    Args:
+        completion: e.g. "12+34=46\\n46-5=41\\n#41".
+
+    Returns:
+        e.g. [(0, "12+34=46"), (1, "46-5=41")].
+    """
+    if not isinstance(completion, str):
+        return []
+    steps = []
+    for i, line in enumerate(completion.split("\n")):
+        line = line.strip()
+        if line.startswith("#"):
+            break
+        if line:
+            steps.append((i, line))
+    return steps
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+def plain_prompt(question: str, completion: str) -> str:
+    """Prompt of a from-scratch verifier: the question, the solution, then the check mark line."""
+    return f"{question}\n{completion.strip()}\n{PLAIN_MARK}\n"
+
+
+def chat_messages(question: str, completion: str) -> list[dict[str, str]]:
+    """Chat messages for an instruction-tuned verifier; the solution's steps are numbered."""
+    steps = split_steps(completion)
+    lines = [f"Step {k + 1}: {text}" for k, (_, text) in enumerate(steps)]
+    answer = [line.strip() for line in completion.split("\n")[(steps[-1][0] + 1) if steps else 0:] if line.strip()]
+    numbered = "\n".join(lines + ([f"Answer: {answer[0]}"] if answer else []))
+    return [{"role": "user", "content": CHAT_INSTRUCTION.format(question=question, steps=numbered or "(empty)")}]
+
+
+# ----------------------------------------------------------------------------- targets and parsing
+
+
+def render(rationales: list[str], verdicts: list[bool], final: bool, chat: bool = False) -> str:
+    """The verification a verifier should write (its SFT target).
+
+    Args:
+        rationales: one per step (may be empty strings).
+        verdicts: one per step, True = correct.
+        final: the final verdict.
+        chat: write the chat vocabulary (Step k: ... CORRECT / Final: ...) instead of the tiny one.
+    """
+    assert len(rationales) == len(verdicts), "one rationale per step verdict"
+    if chat:
+        lines = [f"Step {k + 1}: {(r + ' ') if r else ''}{'CORRECT' if v else 'INCORRECT'}"
+                 for k, (r, v) in enumerate(zip(rationales, verdicts))]
+        return "\n".join(lines + [f"Final: {'CORRECT' if final else 'INCORRECT'}"])
+    lines = [f"{(r + ' ') if r else ''}{'ok' if v else 'no'}" for r, v in zip(rationales, verdicts)]
+    return "\n".join(lines + [f"#{'ok' if final else 'no'}"])
+
+
+def _verdict(line: str) -> bool | None:
+    words = [w for w in _SPLIT.split(line) if w]
+    if not words:
+        return None
+    return _WORDS.get(words[-1].strip("#*.`'\"()[]!,").lower())
+
+
+def parse(text: str, n_steps: int | None = None) -> Verification:
+    """Read a verification. Never raises.
+
+    A line whose last word is a verdict word (ok / CORRECT, no / INCORRECT; case and surrounding
+    punctuation ignored) is a verdict; it is the final verdict when the line starts with `#` or
+    `Final`, and reading stops there. Other lines are ignored.
+
+    Args:
+        text: the verifier's output.
+        n_steps: how many steps the verified solution has (for the format score).
+
+    Returns:
+        The Verification; `format` is 0.5 for a final verdict plus 0.5 for exactly `n_steps` step
+        verdicts (when n_steps is None: for at least one).
+    """
+    if not isinstance(text, str):
+        return Verification()
+    steps: list[bool] = []
+    final = None
+    for line in text.split("\n"):
+        line = line.strip()
+        verdict = _verdict(line)
+        if verdict is None:
+            continue
+        if line.startswith("#") or line.lower().startswith("final"):
+            final = verdict
+            break
+        steps.append(verdict)
+    count_ok = len(steps) == n_steps if n_steps is not None else len(steps) > 0
+    return Verification(steps=steps, final=final, format=0.5 * (final is not None) + 0.5 * count_ok)
+
+
+def reference_verification(task, problem, completion: str, chat: bool = False) -> str:
+    """The verification a verifier should write for `completion` (its warm-up SFT target).
+
+    The final verdict is the completion's ground-truth outcome (`task.grade`). Step verdicts are the
+    task's process labels where it has them (`task.step_labels`); otherwise every step is marked
+    correct in a correct solution, and only the last step incorrect in an incorrect one (a guess: the
+    task cannot say which step failed). Rationales come from `task.step_rationales` where present.
+    Never raises on malformed completions.
+    """
+    steps = [text for _, text in split_steps(completion)]
+    correct = task.grade(completion, problem) >= 1.0
+    if hasattr(task, "step_labels"):
+        labels = list(task.step_labels(problem, steps))
+    else:
+        labels = [True] * len(steps)
+        if steps and not correct:
+            labels[-1] = False
+    rationales = task.step_rationales(problem, steps) if hasattr(task, "step_rationales") else [""] * len(steps)
+    return render(list(rationales), labels, correct, chat=chat)

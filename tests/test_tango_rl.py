@@ -1,0 +1,107 @@
+"""Pure RL Tango functions against numbers worked out by hand."""
+import math
+
+import pytest
+import torch
+
+from cotrain.rl.tango import (
+    alpha_at,
+    class_weights,
+    generator_rewards,
+    mix_advantages,
+    process_advantages,
+    step_rewards,
+    step_token_ends,
+    verifier_rewards,
+)
+
+
+def test_step_rewards():
+    """K = 3 verdicts [ok, no, ok] -> [+1/3, -1/3, +1/3]; any other count of verdicts -> unusable."""
+    assert step_rewards([True, False, True], 3) == pytest.approx([1 / 3, -1 / 3, 1 / 3])
+    assert step_rewards([True, False], 3) is None      # one verdict missing
+    assert step_rewards([True] * 4, 3) is None         # one verdict too many
+    assert step_rewards([], 0) is None                 # a solution without steps has no process reward
+
+
+def test_step_token_ends():
+    """Tokens "1","2","\\n","3","\\n","#","4": line 0 is closed by token 2, line 1 by token 4."""
+    pieces = ["1", "2", "\n", "3", "\n", "#", "4"]
+    assert step_token_ends(pieces, [0, 1]) == [2, 4]
+    assert step_token_ends(pieces, [1, 0]) == [4, 2]                    # order of the request is kept
+    assert step_token_ends(["a", "b"], [0]) == [1]                       # no newline: the last token
+    assert step_token_ends(["x\n\n", "y", "\nz"], [0, 2]) == [0, 2]      # one token closing two lines
+    assert step_token_ends([], [0]) == [0]
+
+
+def test_process_advantages_by_hand():
+    """Group of G=2, T=5, eps=0.
+
+    Sample 0: step rewards [0.5, -0.5] ending at tokens [1, 3]; sample 1: [0.5, 0.5] at [2, 4].
+    Pooled [0.5, -0.5, 0.5, 0.5]: mean 0.25, unbiased var (0.0625+0.5625+0.0625+0.0625)/3 = 0.25, std 0.5.
+    Normalised: s0 [0.5, -1.5], s1 [0.5, 0.5].
+    s0: t<=1 -> 0.5-1.5 = -1.0; t=2,3 -> -1.5; t=4 -> 0.
+    s1: t<=2 -> 1.0; t=3,4 -> 0.5.
+    A second group whose only sample has usable rewards has std 0 -> all zeros; None -> zeros.
+    """
+    rewards = [[0.5, -0.5], [0.5, 0.5], [1.0], None]
+    ends = [[1, 3], [2, 4], [0], []]
+    out = process_advantages(rewards, ends, group_size=2, length=5, eps=0.0)
+    expected = torch.tensor([[-1.0, -1.0, -1.5, -1.5, 0.0],
+                             [1.0, 1.0, 1.0, 0.5, 0.5],
+                             [0.0] * 5,
+                             [0.0] * 5])
+    # a single pooled reward: (r - mean) = 0 whatever the std, so the lone sample gets 0
+    assert torch.allclose(out, expected)
+
+
+def test_process_advantages_end_beyond_length_is_clipped():
+    out = process_advantages([[1.0, -1.0], [1.0, 1.0]], [[9, 9], [0, 1]], group_size=2, length=3, eps=0.0)
+    assert out.shape == (2, 3) and torch.isfinite(out).all()
+
+
+def test_mix_advantages():
+    """alpha 0.25: 0.75 * A_out + 0.25 * A_proc; A_out [1, -1], A_proc [[2, 0], [-2, 4]] -> [[1.25, 0.75], [-1.25, 0.25]]."""
+    out = mix_advantages(torch.tensor([1.0, -1.0]), torch.tensor([[2.0, 0.0], [-2.0, 4.0]]), 0.25)
+    assert torch.allclose(out, torch.tensor([[1.25, 0.75], [-1.25, 0.25]]))
+
+
+def test_alpha_schedules():
+    """exp from 0.5 to 1e-3 over 3 steps: step 2 = 0.5 * (0.002) ** 0.5 = 0.0223607."""
+    assert alpha_at(7, 10, 0.3) == 0.3
+    assert alpha_at(1, 3, 0.5, "exp") == pytest.approx(0.5)
+    assert alpha_at(2, 3, 0.5, "exp") == pytest.approx(0.5 * math.sqrt(0.002))
+    assert alpha_at(3, 3, 0.5, "exp") == pytest.approx(1e-3)
+    assert alpha_at(1, 1, 0.5, "exp") == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        alpha_at(1, 3, 0.5, "cosine")
+
+
+def test_verifier_rewards():
+    """final [T, F, None, F] vs correct [T, T, F, F], format [1, .5, 0, 1], w 0.2:
+    [1 + .2, 0 + .1, 0 + 0, 1 + .2]; adversarial adds 1 for the rejected incorrect solution (the last)."""
+    final, correct, fmt = [True, False, None, False], [True, True, False, False], [1.0, 0.5, 0.0, 1.0]
+    assert torch.allclose(verifier_rewards(final, correct, fmt, 0.2), torch.tensor([1.2, 0.1, 0.0, 1.2]))
+    assert torch.allclose(verifier_rewards(final, correct, fmt, 0.2, adversarial=True, w_catch=1.0),
+                          torch.tensor([1.2, 0.1, 0.0, 2.2]))
+
+
+def test_generator_rewards():
+    """correct [T, T, F], approved [T, F, T]: outcome [1, 1, 0]; GAR adds 0.5 to the first only."""
+    assert generator_rewards([True, True, False], [True, False, True]).tolist() == [1.0, 1.0, 0.0]
+    assert generator_rewards([True, True, False], [True, False, True], adversarial=True, w_approve=0.5).tolist() \
+        == [1.5, 1.0, 0.0]
+
+
+def test_class_weights_by_hand():
+    """Batch 1, labels [T, T, T, F]: ema (3, 1); coefficients (1/sqrt 3, 1) = (0.57735, 1);
+    mean over the batch (3 * 0.57735 + 1) / 4 = 0.68301 -> weights [0.84530] * 3 + [1.46410].
+    Batch 2, labels [T, F]: ema (0.8*3 + 0.2*1, 0.8*1 + 0.2*1) = (2.6, 1.0); coefficients (0.620174, 1),
+    mean 0.810087 -> [0.765566, 1.234434]."""
+    w, ema = class_weights([True, True, True, False], None, 0.8)
+    assert ema == (3.0, 1.0)
+    assert torch.allclose(w, torch.tensor([0.84530, 0.84530, 0.84530, 1.46410]), atol=1e-5)
+    w, ema = class_weights([True, False], ema, 0.8)
+    assert ema == pytest.approx((2.6, 1.0))
+    assert torch.allclose(w, torch.tensor([0.765566, 1.234434]), atol=1e-5)
+    assert w.mean().item() == pytest.approx(1.0)

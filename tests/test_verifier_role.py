@@ -1,0 +1,82 @@
+"""The verifier role's strings: prompts, targets and the parser (a table, then fuzzing)."""
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cotrain.roles.verifier import (
+    PLAIN_MARK,
+    chat_messages,
+    parse,
+    plain_prompt,
+    reference_verification,
+    render,
+    split_steps,
+)
+from cotrain.tasks.arith import ArithTask, step_rationales
+
+PARSE_TABLE = [
+    # text, n_steps, steps, final, format
+    ("12+34=46 46 ok\n46-5=41 42 no\n#no", 2, [True, False], False, 1.0),        # the tiny format
+    ("Step 1: fine. CORRECT\nStep 2: 46-5 is 41. INCORRECT\nFinal: INCORRECT", 2, [True, False], False, 1.0),  # chat
+    ("Step 1: **Correct**\nFinal verdict: correct.", 1, [True], True, 1.0),      # case and punctuation ignored
+    ("12+34=46 46 ok\n#ok", 2, [True], True, 0.5),                               # one step verdict missing
+    ("12+34=46 46 ok\n46-5=41 41 ok", 2, [True, True], None, 0.5),               # no final verdict
+    ("#ok\n12+34=46 46 no", 1, [], True, 0.5),                                   # reading stops at the final verdict
+    ("46-5=41 41\nnothing here\n", 1, [], None, 0.0),                            # no verdict word at all
+    ("", 0, [], None, 0.5),                                                      # zero steps expected, zero found
+    ("ok\nno\nok\n#ok", None, [True, False, True], True, 1.0),                   # n_steps unknown: any step verdict
+    ("okay\nnot\n#yes", 1, [], None, 0.0),                                       # near-miss words are not verdicts
+]
+
+
+@pytest.mark.parametrize("text,n_steps,steps,final,fmt", PARSE_TABLE)
+def test_parse_table(text, n_steps, steps, final, fmt):
+    v = parse(text, n_steps)
+    assert (v.steps, v.final, v.format) == (steps, final, fmt)
+
+
+@given(st.text(max_size=300), st.one_of(st.none(), st.integers(0, 5)))
+@settings(max_examples=300, deadline=None)
+def test_parse_never_raises(text, n_steps):
+    v = parse(text, n_steps)
+    assert 0.0 <= v.format <= 1.0 and v.final in (True, False, None)
+
+
+def test_parse_non_string():
+    assert parse(None).final is None  # type: ignore[arg-type]
+
+
+def test_render_round_trips_through_parse():
+    for chat in (False, True):
+        text = render(["a=1 1", "b=2 3"], [True, False], False, chat=chat)
+        v = parse(text, 2)
+        assert (v.steps, v.final, v.format) == ([True, False], False, 1.0)
+
+
+def test_split_steps_and_prompts():
+    completion = "12+34=46\n\n46-5=41\n#41\ntrailing"
+    assert split_steps(completion) == [(0, "12+34=46"), (2, "46-5=41")]
+    assert plain_prompt("12+34-5", completion + "\n") == f"12+34-5\n{completion}\n{PLAIN_MARK}\n"
+    content = chat_messages("12+34-5", completion)[0]["content"]
+    assert "Step 1: 12+34=46\nStep 2: 46-5=41\nAnswer: #41" in content
+
+
+def test_step_rationales():
+    """Each step recomputed from the previous *claimed* result, then the claimed result."""
+    assert step_rationales("12+34-5", ["12+34=47", "47-5=42"]) == ["12+34=46 47", "47-5=42 42"]
+    assert step_rationales("12+34-5", ["junk", "46-5=41", "1+1=2"]) == ["12+34=46 ?", "46-5=41 41", "?"]
+    assert step_rationales("not a question", ["1+1=2"]) == ["?"]
+
+
+def test_reference_verification_labels_injected_errors():
+    task = ArithTask()
+    rng = random.Random(0)
+    for p in task.problems("train", 50, seed=3):
+        k = rng.randrange(len(p.steps))
+        _, wrong = task.corrupt(p, k, rng)
+        v = parse(reference_verification(task, p, wrong), len(p.steps))
+        assert v.final is False and v.steps.index(False) == k and v.format == 1.0
+        v = parse(reference_verification(task, p, p.solution), len(p.steps))
+        assert v.final is True and all(v.steps)
