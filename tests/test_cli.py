@@ -101,18 +101,21 @@ def test_eval_and_plot_commands(sft_run, tmp_path, capsys):
 
 
 def test_demo_contract(tmp_path, capsys):
-    """`cotrain demo --out DIR` leaves DIR/sft and DIR/grpo with their eval.json, GRPO starting from SFT,
-    and a combined plot; a second call reuses finished stages."""
+    """`cotrain demo --out DIR` leaves DIR/sft, DIR/grpo and DIR/tango with their eval.json, GRPO and tango
+    both starting from SFT, and combined plots; a second call reuses finished stages."""
     out = tmp_path / "demo"
     small = ["model.preset=nano", "train.steps=4", "train.batch_size=16", "train.stop_at_acc=null",
              "grpo.group_size=4", "grpo.max_new_tokens=8", "eval.n=8", "eval.k=0", "eval.every=2",
-             "eval.n_during=8", "checkpoint.every=2", "log.progress=false", "log.tensorboard=false"]
+             "eval.n_during=8", "checkpoint.every=2", "log.progress=false", "log.tensorboard=false",
+             "verifier.warmup_sft_steps=2", "verifier.warmup_samples=8", "verifier.solutions=4",
+             "verifier.max_new_tokens=8", "tango.eval_n=8"]
     assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0
-    for stage in ("sft", "grpo"):
+    for stage in ("sft", "grpo", "tango"):
         assert set(json.loads((out / stage / "eval.json").read_text())["generator"]) == {"test", "ood"}
         assert yaml.safe_load((out / stage / "config.yaml").read_text())["seed"] == 3
     assert yaml.safe_load((out / "grpo" / "config.yaml").read_text())["init"] == str(out / "sft")
-    assert (out / "curves.png").is_file() and (out / "eval.png").is_file()
+    assert yaml.safe_load((out / "tango" / "config.yaml").read_text())["init"] == str(out / "sft")  # beside grpo
+    assert (out / "curves.png").is_file() and (out / "eval.png").is_file() and (out / "cotrain.png").is_file()
     printed = capsys.readouterr().out
     assert "demo results" in printed
     assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0
@@ -123,14 +126,15 @@ def test_demo_contract(tmp_path, capsys):
 def test_shipped_configs_validate(path):
     from cotrain.config import load_config
 
-    assert load_config(path).recipe in ("sft", "grpo")
+    assert load_config(path).recipe in ("sft", "grpo", "tango", "frozen_verifier")
 
 
 def test_embedded_demo_stages_validate():
     from cotrain.cli import demo_stages
     from cotrain.config import build_config
 
-    assert [build_config(raw).recipe for raw in demo_stages().values()] == ["sft", "grpo"]
+    stages = {name: {k: v for k, v in raw.items() if k != "init_from"} for name, raw in demo_stages().items()}
+    assert [build_config(raw).recipe for raw in stages.values()] == ["sft", "grpo", "tango"]
 
 
 def test_smoke_config_runs_and_resumes(tmp_path):

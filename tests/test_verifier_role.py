@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from cotrain.roles.verifier import (
     PLAIN_MARK,
     chat_messages,
+    flip_equation,
     parse,
     plain_prompt,
     reference_verification,
@@ -58,15 +59,18 @@ def test_render_round_trips_through_parse():
 def test_split_steps_and_prompts():
     completion = "12+34=46\n\n46-5=41\n#41\ntrailing"
     assert split_steps(completion) == [(0, "12+34=46"), (2, "46-5=41")]
-    assert plain_prompt("12+34-5", completion + "\n") == f"12+34-5\n{completion}\n{PLAIN_MARK}\n"
+    shown = "46=12+34\n\n41=46-5\n#41\ntrailing"  # equations flipped: the claimed result comes first
+    assert plain_prompt("12+34-5", completion + "\n") == f"12+34-5\n{shown}\n{PLAIN_MARK}\n"
+    assert flip_equation("a=b=c") == "a=b=c" and flip_equation("#41") == "#41"
     content = chat_messages("12+34-5", completion)[0]["content"]
     assert "Step 1: 12+34=46\nStep 2: 46-5=41\nAnswer: #41" in content
 
 
 def test_step_rationales():
-    """Each step recomputed from the previous *claimed* result, then the claimed result."""
-    assert step_rationales("12+34-5", ["12+34=47", "47-5=42"]) == ["12+34=46 47", "47-5=42 42"]
-    assert step_rationales("12+34-5", ["junk", "46-5=41", "1+1=2"]) == ["12+34=46 ?", "46-5=41 41", "?"]
+    """Each step recomputed from the previous *claimed* result, then (recomputed - claimed)."""
+    assert step_rationales("12+34-5", ["12+34=47", "47-5=42"]) == ["12+34=46 46-47=-1", "47-5=42 42-42=0"]
+    assert step_rationales("12+34-5", ["junk", "46-5=41", "1+1=2"]) == ["12+34=46 ?", "46-5=41 41-41=0", "?"]
+    assert step_rationales("3-49+5", ["3-49=-46", "-46+5=-40"]) == ["3-49=-46 -46+46=0", "-46+5=-41 -41+40=-1"]
     assert step_rationales("not a question", ["1+1=2"]) == ["?"]
 
 
@@ -80,3 +84,16 @@ def test_reference_verification_labels_injected_errors():
         assert v.final is False and v.steps.index(False) == k and v.format == 1.0
         v = parse(reference_verification(task, p, p.solution), len(p.steps))
         assert v.final is True and all(v.steps)
+
+
+def test_corrupt_several_steps():
+    """Steps 0 and 2 wrong, each computed from the previous stated result; step 1 right from step 0's claim."""
+    task = ArithTask()
+    rng = random.Random(1)
+    for p in task.problems("train", 30, seed=5):
+        if len(p.steps) < 3:
+            continue
+        steps, _ = task.corrupt(p, [0, 2], rng)
+        assert task.step_labels(p, steps)[:3] == [False, True, False]
+    with pytest.raises(ValueError):
+        task.corrupt(p, [], rng)

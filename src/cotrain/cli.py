@@ -1,4 +1,4 @@
-"""cotrain run | eval | demo | plot.
+"""cotrain run | eval | demo | plot | sweep.
 
 Every mistake a user can make ends with one line on stderr and exit code 2.
 """
@@ -24,6 +24,9 @@ def _recipe(name: str):
     if name == "sft":
         from cotrain.recipes import sft
         return sft
+    if name in ("tango", "frozen_verifier"):
+        from cotrain.recipes import tango
+        return tango
     from cotrain.recipes import grpo
     return grpo
 
@@ -82,11 +85,14 @@ def cmd_demo(args) -> int:
     out = Path(args.out)
     stages = demo_stages()
     results = {}
-    prev = None
+    prev, parents = None, []
     for name, raw in stages.items():
         raw = dict(raw, seed=args.seed)
-        if prev is not None:
-            raw["init"] = str(prev)
+        parent = raw.pop("init_from", None)  # a stage starts from the previous one unless it names another
+        start = out / parent if parent else prev
+        if start is not None:
+            raw["init"] = str(start)
+        parents.append(list(stages).index(parent) if parent else (len(parents) - 1 if parents else None))
         cfg = build_config(raw, args.overrides)
         cfg.out_dir = str(out / name)
         print(f"== demo stage {name}: {cfg.recipe}, {cfg.train.steps} steps -> {out / name}", flush=True)
@@ -97,13 +103,19 @@ def cmd_demo(args) -> int:
         else:
             results[name] = _recipe(cfg.recipe).run(cfg, out / name, resume=args.resume or (out / name / "checkpoints").exists())
         prev = out / name
-    plot_runs([out / name for name in stages], out_dir=out, chain=True)
+    paths = plot_runs([out / name for name in stages], out_dir=out, chain=parents)
     print("\n== demo results (greedy pass@1)")
     splits = sorted({s for r in results.values() for s in r["generator"]})
     print(f"{'stage':<8}" + "".join(f"{s:>10}" for s in splits))
     for name, r in results.items():
         print(f"{name:<8}" + "".join(f"{r['generator'].get(s, {}).get('pass@1', float('nan')):>10.3f}" for s in splits))
-    print(f"\nplots: {out / 'curves.png'}  {out / 'eval.png'}")
+    for name, r in results.items():
+        for role in ("verifier_warmup", "verifier"):
+            for split, m in r.get(role, {}).items():
+                if "balanced_accuracy" in m:
+                    print(f"{name}: {role} on {split}: accuracy {m['accuracy']:.3f}, balanced {m['balanced_accuracy']:.3f}"
+                          + (f", AUROC {m['auroc']:.3f}" if "auroc" in m else ""))
+    print("\nplots: " + "  ".join(str(p) for p in paths))
     return 0
 
 
@@ -120,6 +132,17 @@ def cmd_plot(args) -> int:
     for p in paths:
         print(p)
     return 0
+
+
+def cmd_sweep(args) -> int:
+    from cotrain.runs.sweep import load_sweep, run_sweep
+
+    sweep = load_sweep(args.sweep, args.overrides)
+    try:
+        return run_sweep(sweep, args.out, jobs=args.jobs, dry_run=args.dry_run)
+    except KeyboardInterrupt:
+        print("cotrain: interrupted (the same command continues the sweep)", file=sys.stderr)
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+")
     pl.add_argument("--out", help="output directory")
     pl.set_defaults(fn=cmd_plot)
+
+    sw = sub.add_parser("sweep", help="a grid of configs x seeds, summarised: cotrain sweep SWEEP.yaml --out DIR")
+    sw.add_argument("sweep", help="sweep file (see cotrain/runs/sweep.py for its format)")
+    sw.add_argument("--out", required=True, help="sweep directory: one run dir per cell and seed, and the summary")
+    sw.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    sw.add_argument("--dry-run", action="store_true", help="list the runs and whether each is new, to resume or finished")
+    sw.add_argument("overrides", nargs="*", help="dotted overrides applied to every run, e.g. train.steps=50")
+    sw.set_defaults(fn=cmd_sweep)
     return p
 
 

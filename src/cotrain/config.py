@@ -84,6 +84,51 @@ class GrpoConfig(_Section):
         return self
 
 
+class VerifierConfig(_Section):
+    """The generative verifier of `tango` and `frozen_verifier`: its model, warm-up and RL settings."""
+
+    init: str | None = Field(None, description=(
+        "Start the verifier from this checkpoint (run dir, step dir or model dir); default: the run's `init`."))
+    model: ModelConfig | None = Field(None, description=(
+        "Build the verifier from scratch with this model config instead (asymmetric sizes); overrides init."))
+    lr: float = Field(1e-4, gt=0, description="Peak learning rate of the verifier's RL.")
+    group_size: int = Field(4, ge=2, description="Verifications sampled per solution: the verifier's GRPO group.")
+    solutions: int = Field(32, ge=1, description="Solutions verified per verifier RL step (one per prompt, fresh).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the verifier's RL rollouts.")
+    max_new_tokens: int = Field(64, ge=1, description="Length limit of a verification.")
+    greedy_verdicts: bool = Field(True, description=(
+        "Verify the generator's samples greedily for its process rewards (else one sampled verification)."))
+    w_format: float = Field(0.2, ge=0, description="Weight of the format score in the verifier's reward.")
+    class_decay: float = Field(0.8, ge=0, lt=1, description="EMA decay of the class counts behind the class reweighting.")
+    reweight: bool = Field(True, description="Reweight the verifier's advantages by class (GT-correct vs incorrect).")
+    warmup_sft_steps: int = Field(300, ge=0, description="SFT steps on auto-labelled verifications before RL (0: zero warm-up).")
+    warmup_sft_lr: float = Field(1e-3, gt=0, description="Learning rate of the verifier's SFT warm-up.")
+    warmup_batch_size: int = Field(64, ge=1, description="Verifications per SFT warm-up step.")
+    warmup_samples: int = Field(2048, ge=2, description=(
+        "Generator samples drawn (temperature 1) for the warm-up data, labelled by ground-truth outcome."))
+    warmup_corrupt_frac: float = Field(0.5, ge=0, le=1, description=(
+        "Share of warm-up examples that are reference solutions with an injected step error (tasks with `corrupt`)."))
+    warmup_error_rate: float = Field(0.0, ge=0, le=1, description=(
+        "In an injected-error example, the chance that each further step is wrong too (one step always is): "
+        "claims that are often wrong teach the verifier to recompute rather than copy the claimed result."))
+    warmup_rl_steps: int = Field(0, ge=0, description="Verifier-only RL steps after the SFT warm-up (RL Tango: 40).")
+
+
+class TangoConfig(_Section):
+    """The co-training schedule and the generator's advantage mixing."""
+
+    alpha: float = Field(0.3, ge=0, le=1, description="Weight of the process advantage: A = (1-alpha) A_out + alpha A_proc.")
+    alpha_schedule: Literal["constant", "exp"] = Field("constant", description="alpha constant, or decayed exp to 1e-3.")
+    gen_steps: int = Field(3, ge=1, description="Ng: generator steps per round.")
+    ver_steps: int = Field(1, ge=0, description="Nv: verifier steps per round (0: the verifier is frozen).")
+    adversarial: bool = Field(False, description=(
+        "GAR: the verifier also earns w_catch for rejecting incorrect solutions, the generator w_approve "
+        "for correct solutions the verifier approves."))
+    w_catch: float = Field(1.0, ge=0, description="GAR: the verifier's bonus for catching an incorrect solution.")
+    w_approve: float = Field(0.5, ge=0, description="GAR: the generator's bonus for a correct, approved solution.")
+    eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
+
+
 class EvalConfig(_Section):
     splits: list[str] = Field(["test", "ood"], min_length=1, description=(
         "Splits to evaluate at the end (missing ones are skipped); the first is also evaluated during training."))
@@ -109,7 +154,7 @@ class LogConfig(_Section):
 
 
 class RunConfig(_Section):
-    recipe: Literal["sft", "grpo"] = Field("grpo", description="Training loop to run.")
+    recipe: Literal["sft", "grpo", "frozen_verifier", "tango"] = Field("grpo", description="Training loop to run.")
     seed: int = Field(0, description="The one seed; every random choice derives from it.")
     out_dir: str | None = Field(None, description="Run directory (the CLI's --out overrides it).")
     init: str | None = Field(None, description="Start from this checkpoint (a run dir, a step dir or a model dir).")
@@ -117,18 +162,21 @@ class RunConfig(_Section):
     task: TaskConfig = Field(default_factory=TaskConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    tango: TangoConfig = Field(default_factory=TangoConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
 
     @model_validator(mode="after")
     def _check(self):
-        if self.recipe == "grpo" and self.train.batch_size % self.grpo.group_size:
+        rl = self.recipe in ("grpo", "frozen_verifier", "tango")
+        if rl and self.train.batch_size % self.grpo.group_size:
             raise ValueError(
                 f"train.batch_size ({self.train.batch_size}) must be divisible by grpo.group_size "
                 f"({self.grpo.group_size}): a prompt's whole group is in one batch")
         prompts = self.train.batch_size // self.grpo.group_size
-        if self.recipe == "grpo" and prompts % self.grpo.num_minibatches:
+        if rl and prompts % self.grpo.num_minibatches:
             raise ValueError(
                 f"prompts per step (train.batch_size / grpo.group_size = {prompts}) must be divisible by "
                 f"grpo.num_minibatches ({self.grpo.num_minibatches}): a minibatch holds whole groups")

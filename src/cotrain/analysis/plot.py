@@ -241,7 +241,8 @@ def _window(n_points: int, smooth: int) -> int:
 # --------------------------------------------------------------------------- plotting
 
 
-def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0, chain: bool = False) -> list[Path]:
+def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0,
+              chain: bool | list[int | None] = False) -> list[Path]:
     """Plot the learning curves (and eval results, where present) of one or more runs.
 
     Writes `curves.png` (one panel per metric family any run logged: reward, accuracy, eval pass@1,
@@ -259,7 +260,9 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
             50 points, none below that); 1 = no smoothing. A smoothed curve is drawn solid over its
             faint raw line.
         chain: the runs are consecutive stages of one pipeline (e.g. SFT then GRPO): each run's steps
-            are shifted to start where the previous run's last step ended.
+            are shifted to start where the previous run's last step ended. A list gives each run's
+            parent instead (an index, or None for a run that starts at 0): `[None, 0, 0]` puts two
+            runs side by side after the first (SFT, then GRPO and tango from the same checkpoint).
 
     Returns:
         The paths of the PNGs written, in the order curves.png, eval.png, cotrain.png.
@@ -284,10 +287,14 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
             log.warning("no metrics to plot in %s; leaving it out of curves.png", run_dir)
         runs.append(run)
     if chain:
-        offset = 0.0
-        for run in runs:
+        parents = chain if isinstance(chain, list) else [None] + list(range(len(runs) - 1))
+        if len(parents) != len(runs) or any(p is not None and not 0 <= p < i for i, p in enumerate(parents)):
+            raise ValueError(f"chain must give each run an earlier parent index or None, got {chain}")
+        ends: list[float] = []
+        for run, parent in zip(runs, parents):
+            offset = 0.0 if parent is None else ends[parent]
             run.series = {k: (x + offset, y) for k, (x, y) in run.series.items()}
-            offset = max((x.max() for x, _ in run.series.values() if len(x)), default=offset)
+            ends.append(max((x.max() for x, _ in run.series.values() if len(x)), default=offset))
 
     def logged(run: _Run, metric: str) -> bool:  # a curve that is zero throughout (KL at beta 0) says nothing
         return any(np.any(run.series[k][1] != 0) for k in _role_keys(run, metric))

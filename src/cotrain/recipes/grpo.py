@@ -30,6 +30,7 @@ from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.recipes.policy import policy_update
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.runs.session import (
+    Compute,
     build_task,
     derive_seed,
     device,
@@ -39,6 +40,7 @@ from cotrain.runs.session import (
     make_optimizer,
     maybe_checkpoint,
     open_session,
+    rollout_tokens,
     sample_batch,
     training_pool,
 )
@@ -57,6 +59,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="grpo")
+    compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
 
     for step in range(session.start_step + 1, cfg.train.steps + 1):
@@ -70,6 +73,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                       eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
                       top_p=g.top_p, generator=gen, bf16=cfg.train.bf16)
         texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
+        forward, _ = rollout_tokens(ro)
+        compute.add("gen", forward=forward, generated=int(ro.completion_mask.sum()))
         t_gen = time.time() - t0
 
         # -------------------------------------------------------------- reward and advantage
@@ -84,6 +89,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         stats = policy_update(model, opt, ro, advantages, mask, g, max_grad_norm=cfg.train.max_grad_norm,
                               bf16=cfg.train.bf16, ref_model=ref_model)
         sched.step()
+        compute.add("gen", trained=stats["tokens_trained"] + stats["prompt_tokens_trained"])
         t_update = time.time() - t1
 
         # -------------------------------------------------------------- log / eval / checkpoint
@@ -97,10 +103,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/len_clipped_ratio": ro.truncated.float().mean().item(),
             "gen/entropy": masked_mean(ro.entropy, ro.completion_mask).item(),  # of the sampler, all rows
             "gen/lr": sched.get_last_lr()[0],
-            **{f"gen/{k}": v for k, v in stats.items() if k != "tokens_trained"},
+            **{f"gen/{k}": v for k, v in stats.items() if "tokens" not in k},
             "tokens/gen_generated": int(ro.completion_mask.sum()),
             "tokens/gen_trained": stats["tokens_trained"],
             "time/gen": t_gen, "time/update": t_update, "time/step": time.time() - t0,
+            **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
@@ -108,6 +115,6 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             session.logger.log(step, metrics)
         session.progress.update(step, {"reward": metrics["gen/reward"],
                                        **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
-        maybe_checkpoint(cfg, session, step, roles)
+        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
 
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps)
+    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results={"compute": compute.summary()})

@@ -75,9 +75,25 @@ def split_steps(completion: str) -> list[tuple[int, str]]:
 # ----------------------------------------------------------------------------- prompts
 
 
+def flip_equation(line: str) -> str:
+    """`lhs=rhs` shown as `rhs=lhs` (a line with exactly one `=`); other lines unchanged.
+
+    A from-scratch verifier sees the solution's steps this way round. Written as the generator wrote
+    them ("-3+62=51"), the claimed result follows the very characters the verifier writes when it
+    recomputes the step ("-3+62="), and a small model learns to copy it (an induction pattern) instead
+    of computing; shown as "51=-3+62", nothing in the prompt continues "-3+62=" and it must compute.
+    """
+    if line.count("=") != 1:
+        return line
+    lhs, rhs = line.split("=")
+    return f"{rhs}={lhs}"
+
+
 def plain_prompt(question: str, completion: str) -> str:
-    """Prompt of a from-scratch verifier: the question, the solution, then the check mark line."""
-    return f"{question}\n{completion.strip()}\n{PLAIN_MARK}\n"
+    """Prompt of a from-scratch verifier: the question, the solution with each equation flipped
+    (`flip_equation`), then the check mark line."""
+    shown = "\n".join(flip_equation(line) for line in completion.strip().split("\n"))
+    return f"{question}\n{shown}\n{PLAIN_MARK}\n"
 
 
 def chat_messages(question: str, completion: str) -> list[dict[str, str]]:

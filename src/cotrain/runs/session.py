@@ -6,7 +6,7 @@ import hashlib
 import math
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +95,7 @@ class Session:
     progress: Progress
     start_step: int
     stopped: bool = False  # the run ended early (a stopping rule fired) before its last checkpoint
+    state: dict = field(default_factory=dict)  # the resumed checkpoint's run state (step, RNG, recipe extras)
 
 
 def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict, desc: str) -> Session:
@@ -105,7 +106,7 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
     """
     run_dir = prepare_run_dir(run_dir, resume=resume)
     write_config(run_dir, cfg.to_dict())
-    start, stopped = 0, False
+    start, stopped, state = 0, False, {}
     ckpts = list_checkpoints(run_dir) if resume else []
     if ckpts:
         ckpt = ckpts[-1]
@@ -116,13 +117,58 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
         start, stopped = state["step"], state.get("stopped", False)
     logger = MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None)
     progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress, desc=desc)
-    return Session(run_dir, logger, progress, start, stopped)
+    return Session(run_dir, logger, progress, start, stopped, state)
 
 
-def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict, stop: bool = False) -> None:
-    """Checkpoint every `checkpoint.every` steps, at the last step, and when a stopping rule fires."""
-    if stop or step == cfg.train.steps or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
-        save_checkpoint(session.run_dir, step, roles, {"stopped": stop}, cfg.checkpoint.keep_last)
+def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict, stop: bool = False,
+                     extra: dict | None = None, force: bool = False) -> None:
+    """Checkpoint every `checkpoint.every` steps, at the last step, when a stopping rule fires, or when
+    forced; `extra` is recipe state restored on resume as `session.state`."""
+    if force or stop or step == cfg.train.steps or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
+        save_checkpoint(session.run_dir, step, roles, {"stopped": stop, **(extra or {})}, cfg.checkpoint.keep_last)
+
+
+def flops_estimate(n_params: int, forward_tokens: int, trained_tokens: int) -> float:
+    """Training-compute estimate (Kaplan et al. 2020): 2 N FLOPs per token of a forward pass, 6 N per
+    token of a forward and backward pass; attention's share is left out (small at these lengths)."""
+    return 2.0 * n_params * forward_tokens + 6.0 * n_params * trained_tokens
+
+
+class Compute:
+    """Cumulative tokens and estimated FLOPs per role (restored on resume)."""
+
+    def __init__(self, n_params: dict[str, int], state: dict | None = None):
+        self.n_params = n_params
+        self.tokens = state or {r: {"forward": 0, "trained": 0, "generated": 0} for r in n_params}
+
+    def add(self, role: str, forward: int = 0, trained: int = 0, generated: int = 0) -> None:
+        t = self.tokens[role]
+        t["forward"] += forward
+        t["trained"] += trained
+        t["generated"] += generated
+
+    def flops(self, role: str) -> float:
+        return flops_estimate(self.n_params[role], self.tokens[role]["forward"], self.tokens[role]["trained"])
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for r in self.n_params:
+            out[f"tokens/{r}_generated_total"] = self.tokens[r]["generated"]
+            out[f"tokens/{r}_trained_total"] = self.tokens[r]["trained"]
+            out[f"flops/{r}"] = self.flops(r)
+        out["flops/total"] = sum(self.flops(r) for r in self.n_params)
+        return out
+
+    def summary(self) -> dict:
+        return {r: {"tokens_generated": t["generated"], "tokens_trained": t["trained"],
+                    "tokens_forward": t["forward"], "flops": self.flops(r)} for r, t in self.tokens.items()} | \
+            {"total": {"flops": sum(self.flops(r) for r in self.n_params)}}
+
+
+def rollout_tokens(ro) -> tuple[int, int]:
+    """(tokens run forward, tokens generated) of a rollout: each prompt's prefill once per group, plus samples."""
+    generated = int(ro.completion_mask.sum())
+    return int(ro.prompt_mask.sum()) + generated, generated
 
 
 def eval_kwargs(cfg: RunConfig) -> dict:
@@ -139,8 +185,14 @@ def eval_during_training(cfg: RunConfig, model, tokenizer, task: Task) -> dict[s
     return {f"eval/{split}/pass@1": m["pass@1"]}
 
 
-def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step: int) -> dict:
-    """Save the final model, evaluate every split, write eval.json and plots."""
+def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step: int,
+           other_models: dict | None = None, other_results: dict | None = None) -> dict:
+    """Save the final model(s), evaluate every split, write eval.json and plots.
+
+    Args:
+        other_models: {role: (model, tokenizer)} saved beside the generator in `final/`.
+        other_results: more eval.json entries ({role: {split: {metric: value}}}), evaluated by the recipe.
+    """
     from cotrain.models.build import save_model
 
     session.progress.close()
@@ -148,11 +200,16 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
     final, tmp = session.run_dir / "final", session.run_dir / ".tmp_final"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tokenizer, tmp / "generator")
+    for role, (m, tok) in (other_models or {}).items():
+        save_model(m, tok, tmp / role)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
                                                **eval_kwargs(cfg))}
+    results.update(other_results or {})
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
+    row.update({f"eval/{role}/{split}/{k}": v for role, splits in (other_results or {}).items()
+                for split, m in splits.items() for k, v in m.items()})
     session.logger.log(step, row)
     session.logger.close()
     write_json_atomic(session.run_dir / "eval.json", results)

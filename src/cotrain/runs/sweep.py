@@ -55,6 +55,7 @@ SWEEP_KEYS = ("base", "overrides", "prepare", "grid", "seeds", "metrics")
 PREPARE_KEYS = ("config", "overrides")
 LAST = "last:"          # a metric `last:<key>` is the mean of <key> over the last rows of metrics.jsonl
 LAST_FRACTION = 0.1     # ... the last 10% of the rows that hold the key, at least one
+FIRST = "first:"        # and `first:<key>` the mean over the first 10% (training dynamics: start vs end)
 
 # Two-sided 95% intervals: the 97.5% quantile of Student's t for df = 1..30; beyond 30, the normal's 1.96.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -458,8 +459,9 @@ def flatten_metrics(obj, prefix: str = "") -> dict[str, float]:
     return flat
 
 
-def last_value(metrics_path: Path, key: str, fraction: float = LAST_FRACTION) -> float | None:
-    """Mean of `key` over the last `fraction` of the metrics.jsonl rows that hold it (at least one row).
+def last_value(metrics_path: Path, key: str, fraction: float = LAST_FRACTION, first: bool = False) -> float | None:
+    """Mean of `key` over the last (or, with `first`, the first) `fraction` of the metrics.jsonl rows
+    that hold it (at least one row); rows of step 0 (a warm-up before training) are left out.
 
     Lines that do not parse (the last one of a killed run) and rows without the key are skipped.
     """
@@ -471,12 +473,13 @@ def last_value(metrics_path: Path, key: str, fraction: float = LAST_FRACTION) ->
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        value = row.get(key) if isinstance(row, dict) else None
+        value = row.get(key) if isinstance(row, dict) and row.get("step") != 0 else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             values.append(value)
     if not values:
         return None
-    tail = values[-max(1, int(len(values) * fraction)):]
+    n = max(1, int(len(values) * fraction))
+    tail = values[:n] if first else values[-n:]
     return sum(tail) / len(tail)
 
 
@@ -486,7 +489,12 @@ def _run_metrics(run_dir: Path, metrics: list[str] | None) -> dict[str, float]:
         return flat
     got = {}
     for m in metrics:
-        value = last_value(run_dir / "metrics.jsonl", m[len(LAST):]) if m.startswith(LAST) else flat.get(m)
+        if m.startswith(LAST):
+            value = last_value(run_dir / "metrics.jsonl", m[len(LAST):])
+        elif m.startswith(FIRST):
+            value = last_value(run_dir / "metrics.jsonl", m[len(FIRST):], first=True)
+        else:
+            value = flat.get(m)
         if value is not None:
             got[m] = value
     return got

@@ -186,19 +186,22 @@ def step_labels(question: str, steps: tuple[str, ...] | list[str]) -> list[bool]
 
 
 def step_rationales(question: str, steps: tuple[str, ...] | list[str]) -> list[str]:
-    """A verifier's rationale for each step of a solution: the step recomputed, then the claimed result.
+    """A verifier's rationale for each step of a solution: the step recomputed, then the recomputed
+    result minus the claimed one, so that the verdict reads off one number: 0 is a correct step.
 
     Step k is recomputed from its expected left operand (the previous step's stated result, or the
     question's first number; after an unparsable step, the previous recomputed result) and the
-    question's k-th operation; the result the step states follows after a space ("?" when the line
-    does not parse). A step beyond the question's operations gets "?". Never raises.
+    question's k-th operation. The difference is written in the task's own step format
+    (`mine-claimed=d`, or `mine+|claimed|=d` for a negative claim), an operation the generator already
+    knows; a line that does not parse gets "?" instead, and so does a step beyond the question's
+    operations. Never raises.
 
     Args:
         question: e.g. "12+34-5".
         steps: e.g. ("12+34=46", "46-5=42").
 
     Returns:
-        e.g. ["12+34=46 46", "46-5=41 42"]; all "?" when `question` is not an arith question.
+        e.g. ["12+34=46 46-46=0", "46-5=41 41-42=-1"]; all "?" when `question` is not an arith question.
     """
     parsed_question = parse_question(question)
     if parsed_question is None:
@@ -207,19 +210,26 @@ def step_rationales(question: str, steps: tuple[str, ...] | list[str]) -> list[s
     rationales = []
     for k, line in enumerate(steps):
         step = parse_step(line)
-        claimed = "?" if step is None else str(step[3])
         if k >= len(operations):
             rationales.append("?")
             continue
         op, right = operations[k]
         result = _APPLY[op](left, right)
-        rationales.append(f"{format_step(left, op, right, result)} {claimed}")
+        if step is None:
+            rationales.append(f"{format_step(left, op, right, result)} ?")
+        else:
+            claimed = step[3]
+            diff = format_step(result, "-" if claimed >= 0 else "+", abs(claimed), result - claimed)
+            rationales.append(f"{format_step(left, op, right, result)} {diff}")
         left = result if step is None else step[3]
     return rationales
 
 
-def corrupt_solution(question: str, k: int, rng: random.Random) -> tuple[tuple[str, ...], str]:
+def corrupt_solution(question: str, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
     """A solution whose step k states a wrong result, and every later step computes correctly from it.
+
+    `k` may also be a list of step indices: each of them states a wrong result (each computed from
+    the previous, possibly wrong, result).
 
     The wrong result is, with equal chance, the true one plus a nonzero delta in [-10, 10], or the
     true one with one digit changed; it never equals the true result. The final `#` line is the last
@@ -228,7 +238,7 @@ def corrupt_solution(question: str, k: int, rng: random.Random) -> tuple[tuple[s
 
     Args:
         question: the arith question.
-        k: 0-based index of the step to corrupt.
+        k: 0-based index of the step to corrupt, or a list of them.
         rng: the source of randomness (the caller seeds it).
 
     Returns:
@@ -241,12 +251,13 @@ def corrupt_solution(question: str, k: int, rng: random.Random) -> tuple[tuple[s
     if parsed is None:
         raise ValueError(f"not an arith question: {question!r}")
     left, operations = parsed
-    if not 0 <= k < len(operations):
+    wrong = {k} if isinstance(k, int) else set(k)
+    if not wrong or not all(0 <= i < len(operations) for i in wrong):
         raise ValueError(f"step index {k} out of range for {len(operations)} steps of {question!r}")
     steps = []
     for i, (op, right) in enumerate(operations):
         result = _APPLY[op](left, right)
-        if i == k:
+        if i in wrong:
             result = _wrong_result(result, rng)
         steps.append(format_step(left, op, right, result))
         left = result
@@ -371,7 +382,7 @@ class ArithTask:
         except (TypeError, ValueError, AttributeError):
             return 0.0
 
-    def corrupt(self, problem: Problem, k: int, rng: random.Random) -> tuple[tuple[str, ...], str]:
+    def corrupt(self, problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
         """See `corrupt_solution`: (steps, solution) with a wrong result at step k, carried forward."""
         return corrupt_solution(problem.question, k, rng)
 

@@ -1,0 +1,94 @@
+"""Benchmark: the cost of a co-training step against a GRPO step at the same generator batch.
+
+Both recipes start from the same model (the SFT'd `tiny` model of bench/grpo_vs_trl.py, built once
+and cached in bench/out/start/) and draw the same prompts with the same seeds. A `tango` step is one
+generator step as the recipe runs it: the generator's rollout, the verifier's greedy verification of
+every sample, the process advantages and the generator update, plus the verifier's RL steps
+amortised over the round (Nv verifier steps after every Ng generator steps; `time/step` includes
+them on the steps that run them). The verifier's warm-up happens before step 1 and is reported
+separately, not in the ratio. Both sides run in one process, one after the other, on the same threads.
+
+Run:  python bench/tango_vs_grpo.py                    (24 steps each, 16 prompts x 8 samples)
+      python bench/tango_vs_grpo.py --steps 6          (a quick check)
+The last line is `tango_over_grpo_step=X.XX`: the mean tango step time over the mean grpo step time
+(step 1 left out as a warm-up of caches); the target is at most 2.5.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+OUT = Path(__file__).resolve().parent / "out" / "tango_vs_grpo"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=24, help="generator steps of each side")
+    ap.add_argument("--prompts", type=int, default=16, help="prompts per generator step")
+    ap.add_argument("--group-size", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--gen-steps", type=int, default=3, help="Ng")
+    ap.add_argument("--ver-steps", type=int, default=1, help="Nv")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from grpo_vs_trl import START, TASK, build_start_model
+
+    from cotrain.config import build_config
+    from cotrain.recipes import grpo, tango
+
+    start = build_start_model()
+    common = {
+        "seed": 0, "init": str(START), "task": dict(TASK),
+        "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": 1e-4, "n_problems": 2000},
+        "grpo": {"group_size": args.group_size, "max_new_tokens": args.max_new_tokens},
+        "eval": {"splits": ["test"], "n": 32, "k": 0, "every": 0},
+        "checkpoint": {"every": 0}, "log": {"progress": False, "tensorboard": False},
+    }
+    verifier = {"warmup_sft_steps": 100, "warmup_batch_size": 32, "warmup_sft_lr": 2e-3, "warmup_samples": 512,
+                "solutions": 32, "group_size": 4, "max_new_tokens": 64}
+    sides = {
+        "grpo": (grpo, build_config({**common, "recipe": "grpo"})),
+        "tango": (tango, build_config({**common, "recipe": "tango", "verifier": verifier,
+                                       "tango": {"gen_steps": args.gen_steps, "ver_steps": args.ver_steps,
+                                                 "eval_n": 32}})),
+    }
+    times, rows_by_side = {}, {}
+    for name, (recipe, cfg) in sides.items():
+        run_dir = OUT / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        recipe.run(cfg, run_dir)
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        rows = [r for r in rows if "time/step" in r and r["step"] >= 1]
+        rows_by_side[name] = rows
+        times[name] = [r["time/step"] for r in rows[1:]]
+
+    print(f"start model: {START} (greedy pass@1 {start.get('greedy_pass@1', float('nan')):.3f}); "
+          f"{args.prompts} prompts x {args.group_size} samples, {args.max_new_tokens} tokens, {args.threads} threads")
+    for name, t in times.items():
+        print(f"{name:6s} mean {statistics.mean(t):.3f} s/step  median {statistics.median(t):.3f}  (steps 2..{args.steps})")
+    tango_rows = rows_by_side["tango"]
+    split = {k: statistics.mean(r.get(k, 0.0) for r in tango_rows[1:])
+             for k in ("time/gen", "time/verify", "time/update", "time/ver_update")}
+    print("tango step split (mean s): " + "  ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in split.items()))
+    warm = json.loads((OUT / "tango" / "metrics.jsonl").read_text().splitlines()[0])
+    print(f"tango verifier warm-up (not in the ratio): {warm.get('time/warmup', float('nan')):.1f} s")
+    flops = {n: rows_by_side[n][-1].get("flops/total") for n in sides}
+    if all(flops.values()):
+        print(f"estimated FLOPs after {args.steps} steps: grpo {flops['grpo']:.3g}, tango {flops['tango']:.3g} "
+              f"(warm-up included), ratio {flops['tango'] / flops['grpo']:.2f}")
+    print(f"tango_over_grpo_step={statistics.mean(times['tango']) / statistics.mean(times['grpo']):.2f}")
+
+
+if __name__ == "__main__":
+    main()

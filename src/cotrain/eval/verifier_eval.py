@@ -1,0 +1,105 @@
+"""Verifier evaluation: verdicts on held-out generator samples (accuracy, F1, AUROC), earliest-error
+identification on solutions with injected errors (ProcessBench-style), and best-of-N / verifier-weighted
+voting for the generator. Problem selection and sampling use EVAL_SEED, not the run's seed."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from cotrain.eval.evaluate import EVAL_SEED, _complete
+from cotrain.eval.verifier_metrics import best_of_n, earliest_error_metrics, first_error, verdict_metrics, weighted_vote
+from cotrain.models.verify import verify_batched
+from cotrain.roles.verifier import Verification
+from cotrain.tasks.base import Problem, Task
+
+
+def verifier_score(v: Verification) -> float:
+    """A verification's confidence that the solution is correct: 1 for a final CORRECT verdict, plus
+    half the share of steps judged correct (so approvals and rejections are each ranked by their steps)."""
+    steps = sum(v.steps) / len(v.steps) if v.steps else 0.0
+    return float(v.final is True) + 0.5 * steps
+
+
+def injected_error_set(task: Task, problems: list[Problem], seed: int = EVAL_SEED) -> list[tuple[Problem, str, int | None]]:
+    """Balanced held-out solutions for process evaluation: the reference solution of every other problem,
+    and for the rest the reference with a wrong result at a uniformly drawn step, carried forward.
+
+    Returns:
+        (problem, solution, index of its first wrong step or None) triples; empty when the task cannot
+        corrupt solutions.
+    """
+    if not hasattr(task, "corrupt"):
+        return []
+    rng = random.Random(seed)
+    out = []
+    for i, p in enumerate(problems):
+        if not p.steps or not p.solution:
+            continue
+        if i % 2 == 0:
+            out.append((p, p.solution, None))
+        else:
+            k = rng.randrange(len(p.steps))
+            out.append((p, task.corrupt(p, k, rng)[1], k))
+    return out
+
+
+def evaluate_on_injected(verifier, tokenizer, task: Task, items: list[tuple[Problem, str, int | None]], *,
+                         max_new_tokens: int, batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
+    """Greedy verification of error-injected solutions: verdict metrics and earliest-error identification."""
+    if not items:
+        return {}
+    parsed = verify_batched(verifier, tokenizer, [p.question for p, _, _ in items], [s for _, s, _ in items],
+                            batch_size=batch_size, greedy=True, max_new_tokens=max_new_tokens, bf16=bf16)
+    correct = [task.grade(s, p) >= 1 for p, s, _ in items]
+    out = verdict_metrics([v.final for v in parsed], correct, [verifier_score(v) for v in parsed])
+    # a verification that approves the solution but flags no step, or rejects it and flags none, is
+    # read at face value: its earliest error is the first step it marks wrong, if any
+    pred = [first_error(v.steps) if v.steps else None for v in parsed]
+    ee = earliest_error_metrics(pred, [k for _, _, k in items])
+    out.update({"earliest_" + k if k in ("f1",) else k: v for k, v in ee.items()})
+    return out
+
+
+def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, task: Task, split: str, *, n: int,
+                       k: int, temperature: float, gen_max_new_tokens: int, ver_max_new_tokens: int,
+                       batch_size: int = 256, bf16: bool = False) -> dict[str, dict[str, float]]:
+    """Evaluate each verifier on the same held-out generator samples of `split`.
+
+    `k` samples of each of `n` problems are drawn from the generator (temperature `temperature`); each
+    verifier verifies every sample greedily. Reported per verifier: the verdict metrics over all n*k
+    samples, and best-of-k (`bon@k`) and verifier-weighted voting (`wvote@k`) accuracy per problem next
+    to the generator's own `maj@k` and `mean@k` (its sampled accuracy) on the same samples.
+
+    Args:
+        verifiers: {name: (model, tokenizer)}.
+
+    Returns:
+        {name: metrics}.
+    """
+    problems = task.problems(split, n, seed=EVAL_SEED)
+    if not problems:
+        return {}
+    k = max(k, 1)
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    texts, _, _ = _complete(generator, gen_tokenizer, problems, k, greedy=False, temperature=temperature,
+                            max_new_tokens=gen_max_new_tokens, batch_size=batch_size, bf16=bf16, generator=gen)
+    flat_problems = [p for p in problems for _ in range(k)]
+    correct = [task.grade(t, p) >= 1 for t, p in zip(texts, flat_problems)]
+    answers = [task.extract_answer(t) for t in texts]
+    equal = getattr(task, "answers_equal", None)
+    out = {}
+    for name, (model, tokenizer) in verifiers.items():
+        parsed = verify_batched(model, tokenizer, [p.question for p in flat_problems], texts, batch_size=batch_size,
+                                greedy=True, max_new_tokens=ver_max_new_tokens, bf16=bf16)
+        scores = [verifier_score(v) for v in parsed]
+        m = verdict_metrics([v.final for v in parsed], correct, scores)
+        groups = [range(j * k, (j + 1) * k) for j in range(len(problems))]
+        if k >= 2:
+            m[f"bon@{k}"] = best_of_n([[(scores[i], float(correct[i])) for i in g] for g in groups])
+            m[f"wvote@{k}"] = weighted_vote([[(answers[i], scores[i], float(correct[i])) for i in g] for g in groups],
+                                            equal)
+            m[f"maj@{k}"] = weighted_vote([[(answers[i], 1.0, float(correct[i])) for i in g] for g in groups], equal)
+            m[f"mean@{k}"] = sum(correct) / len(correct)
+        out[name] = m
+    return out
