@@ -186,9 +186,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         save_model(verifier, vtok, session.run_dir / "warmup" / "verifier")   # kept for the final comparison
         metrics.update(compute.metrics())
         metrics["time/warmup"] = time.time() - t0
-        session.logger.log(0, metrics)
+        # checkpoint first: a run killed in between resumes after the warm-up without its row, never
+        # with the row twice
         maybe_checkpoint(cfg, session, 0, roles, force=True,
                          extra={"compute": compute.tokens, "class_ema": ema, "ver_step": ver_step})
+        session.logger.log(0, metrics)
 
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         t0 = time.time()
