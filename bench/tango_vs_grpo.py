@@ -36,6 +36,7 @@ def main(argv=None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--gen-steps", type=int, default=3, help="Ng")
     ap.add_argument("--ver-steps", type=int, default=1, help="Nv")
+    ap.add_argument("--solutions", type=int, default=32, help="solutions per verifier step (configs/tango.yaml: 32)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
 
@@ -56,7 +57,7 @@ def main(argv=None) -> None:
         "checkpoint": {"every": 0}, "log": {"progress": False, "tensorboard": False},
     }
     verifier = {"warmup_sft_steps": 100, "warmup_batch_size": 32, "warmup_sft_lr": 2e-3, "warmup_samples": 512,
-                "solutions": 32, "group_size": 4, "max_new_tokens": 64}
+                "solutions": args.solutions, "group_size": 4, "max_new_tokens": 64}
     sides = {
         "grpo": (grpo, build_config({**common, "recipe": "grpo"})),
         "tango": (tango, build_config({**common, "recipe": "tango", "verifier": verifier,
@@ -74,7 +75,8 @@ def main(argv=None) -> None:
         times[name] = [r["time/step"] for r in rows[1:]]
 
     print(f"start model: {START} (greedy pass@1 {start.get('greedy_pass@1', float('nan')):.3f}); "
-          f"{args.prompts} prompts x {args.group_size} samples, {args.max_new_tokens} tokens, {args.threads} threads")
+          f"{args.prompts} prompts x {args.group_size} samples, {args.max_new_tokens} tokens, {args.threads} threads; "
+          f"Ng:Nv {args.gen_steps}:{args.ver_steps}, {args.solutions} solutions x 4 verifications per verifier step")
     for name, t in times.items():
         print(f"{name:6s} mean {statistics.mean(t):.3f} s/step  median {statistics.median(t):.3f}  (steps 2..{args.steps})")
     tango_rows = rows_by_side["tango"]

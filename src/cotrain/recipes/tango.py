@@ -209,10 +209,16 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- verification of every sample
         t1 = time.time()
+        # Greedy verification of a repeated (question, solution) pair gives the same verdicts, so each
+        # distinct pair is verified once (a group often repeats its correct solutions).
         vgen = torch.Generator().manual_seed(derive_seed(cfg.seed, "verify", step))
-        vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], texts, greedy=v.greedy_verdicts,
-                                temperature=v.temperature, max_new_tokens=v.max_new_tokens, generator=vgen,
-                                bf16=cfg.train.bf16)
+        pairs = [(p.question, t) for p, t in zip(problems, texts)]
+        distinct = list(dict.fromkeys(pairs)) if v.greedy_verdicts else pairs
+        vro, _, parsed_distinct = verify(verifier, vtok, [q for q, _ in distinct], [t for _, t in distinct],
+                                         greedy=v.greedy_verdicts, temperature=v.temperature,
+                                         max_new_tokens=v.max_new_tokens, generator=vgen, bf16=cfg.train.bf16)
+        index = {pair: i for i, pair in enumerate(distinct)}
+        parsed = [parsed_distinct[index[pair]] for pair in pairs] if v.greedy_verdicts else parsed_distinct
         forward, _ = rollout_tokens(vro)
         compute.add("ver", forward=forward)
         t_verify = time.time() - t1
@@ -268,6 +274,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "cotrain/hack_gap": health["approve_rate"] - health["base_rate"],
             "cotrain/approve_rate": health["approve_rate"],
             "cotrain/format": sum(x.format for x in parsed) / len(parsed),
+            "cotrain/distinct_verified": len(distinct) / len(pairs),
             "tokens/gen_generated": generated,
             "tokens/gen_trained": st["tokens_trained"],
             "time/gen": t_gen, "time/verify": t_verify, "time/update": t_update, "time/ver_update": t_ver_update,
