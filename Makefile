@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-heavy bench clean
 
 # torch==2.13.0 is installed first, on its own: asked for by another package, pip could pull a newer
 # multi-GB CUDA build onto a CPU machine. On a GPU machine the same line installs the CUDA build.
@@ -21,6 +21,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# Tests of several minutes each (the warm-up verifier's competence), left out of `make test`.
+test-heavy: install
+	$(BIN)/python -m pytest -q -m heavy
 
 bench: install
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"

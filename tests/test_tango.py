@@ -57,6 +57,7 @@ def strong_start(tmp_path_factory):
     return out, results["generator"]["test"]["pass@1"]
 
 
+@pytest.mark.heavy  # ~7 minutes on 2 cores: `make test-heavy`
 def test_warmup_verifier_beats_chance_on_held_out_injected_errors(strong_start, tmp_path):
     """Before any co-training claim: the SFT warm-up alone gives a verifier that tells correct solutions
     from ones with one injected wrong step (later steps carried forward) on held-out test problems, a
