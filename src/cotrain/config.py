@@ -263,19 +263,22 @@ def build_config(raw: dict | None = None, overrides: list[str] | None = None) ->
         raise UserError(_format_validation(err)) from None
 
 
+def read_yaml_mapping(path: Path, what: str) -> dict:
+    """A YAML file that must hold a mapping; every problem is a one-line UserError naming `what`."""
+    if not path.is_file():
+        raise UserError(f"{what} not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"bad YAML in {path}{where}: {getattr(err, 'problem', None) or err}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{what} {path} must be a YAML mapping at the top level")
+    return raw
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML config (only overrides of the defaults) and apply dotted overrides."""
-    raw: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"config file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise UserError(f"bad YAML in {path}{where}: {getattr(err, 'problem', None) or err}") from None
-        if not isinstance(raw, dict):
-            raise UserError(f"config {path} must be a YAML mapping at the top level")
+    raw = read_yaml_mapping(Path(path), "config file") if path is not None else {}
     return build_config(raw, overrides)

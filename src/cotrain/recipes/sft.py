@@ -22,9 +22,8 @@ import torch
 from cotrain.config import RunConfig
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import greedy_accuracy
-from cotrain.models.generate import completion_logprobs, left_pad
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
-from cotrain.rl.losses import masked_mean
+from cotrain.recipes.policy import supervised_step
 from cotrain.runs.session import (
     build_task,
     device,
@@ -74,22 +73,14 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             break
         t0 = time.time()
         batch = sample_batch(pool, cfg.train.batch_size, cfg.seed, step)
-        prompt_ids, prompt_mask = left_pad(encode_generator_prompts(tokenizer, [p.question for p in batch]),
-                                           tokenizer.pad_token_id)
-        target_ids, target_mask = right_pad([encode_completion(tokenizer, p.solution) for p in batch],
-                                            tokenizer.pad_token_id)
-        logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask,
-                                      bf16=cfg.train.bf16)                           # [N, T]
-        loss = -masked_mean(logp, target_mask.to(logp.device))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
-        opt.step()
+        st = supervised_step(model, opt, encode_generator_prompts(tokenizer, [p.question for p in batch]),
+                             [encode_completion(tokenizer, p.solution) for p in batch], tokenizer.pad_token_id,
+                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16)
         sched.step()
 
         # -------------------------------------------------------------- log / eval / checkpoint
-        metrics = {"gen/loss": loss.item(), "gen/grad_norm": grad_norm.item(), "gen/lr": sched.get_last_lr()[0],
-                   "tokens/gen_train": int(target_mask.sum()), "time/step": time.time() - t0}
+        metrics = {"gen/loss": st["loss"], "gen/grad_norm": st["grad_norm"], "gen/lr": sched.get_last_lr()[0],
+                   "tokens/gen_train": st["tokens_trained"], "time/step": time.time() - t0}
         stop = False
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))

@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from cotrain.config import apply_overrides, build_config
+from cotrain.config import apply_overrides, build_config, read_yaml_mapping
 from cotrain.errors import UserError
 
 SWEEP_KEYS = ("base", "overrides", "prepare", "grid", "seeds", "metrics")
@@ -127,17 +127,7 @@ def mean_ci95(values: list[float]) -> tuple[float, float]:
 
 
 def _read_yaml(path: Path, what: str) -> dict:
-    if not path.is_file():
-        raise UserError(f"{what} not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UserError(f"bad YAML in {path}{where}: {getattr(err, 'problem', None) or err}") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{what} {path} must be a YAML mapping at the top level")
-    return raw
+    return read_yaml_mapping(path, what)
 
 
 def _check_known(raw: dict, known: tuple[str, ...], where: str) -> None:
