@@ -107,19 +107,15 @@ def _cli(args, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-def test_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
-    """A run killed with SIGKILL after its first checkpoint and resumed ends with the same eval.json."""
-    start, _ = sft_run
-    raw = nano_config("grpo", init=str(start), train={"steps": 12}, checkpoint={"every": 4, "keep_last": 1})
-    cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(raw))
-
+def run_killed_and_resumed(cfg_path: Path, tmp_path: Path, checkpoint: str) -> None:
+    """Run `cfg_path` uninterrupted into tmp_path/full, and into tmp_path/killed killed with SIGKILL once
+    `checkpoint` is on disk, then resumed; assert both end with the same eval.json and metrics."""
     full = _cli(["run", str(cfg_path), "--out", str(tmp_path / "full")])
     assert full.wait(timeout=300) == 0, full.stderr.read()
 
     victim = _cli(["run", str(cfg_path), "--out", str(tmp_path / "killed")])
     deadline = time.time() + 300
-    while not (tmp_path / "killed" / "checkpoints" / "step_4").exists():
+    while not (tmp_path / "killed" / "checkpoints" / checkpoint).exists():
         assert victim.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
         time.sleep(0.05)
     os.kill(victim.pid, signal.SIGKILL)
@@ -134,6 +130,16 @@ def test_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "time" and not k.startswith("time/")} for r in rows]
     assert strip(_rows(tmp_path / "full")) == strip(_rows(tmp_path / "killed"))
+
+
+def test_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
+    """A run killed with SIGKILL after its first checkpoint and resumed ends with the same eval.json."""
+    start, _ = sft_run
+    raw = nano_config("grpo", init=str(start), train={"steps": 12}, checkpoint={"every": 4, "keep_last": 1})
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+
+    run_killed_and_resumed(cfg_path, tmp_path, "step_4")
 
 
 def test_sft_stops_at_target_accuracy_and_resume_keeps_it_stopped(tmp_path):

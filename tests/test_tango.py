@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from cotrain.config import build_config
 from cotrain.recipes import tango
 from tests.conftest import nano_config
-from tests.test_recipes import _cli, _rows
+from tests.test_recipes import _rows, run_killed_and_resumed
 
 # A verifier warm-up long enough to learn the check format in the test world, short enough for CI.
 WARMUP = {"warmup_sft_steps": 60, "warmup_batch_size": 32, "warmup_sft_lr": 2e-3, "warmup_samples": 256,
@@ -131,30 +131,8 @@ def test_tango_fixed_seed_regression_and_resume(sft_run, tmp_path):
                        eval={"k": 0, "n": 20, "every": 0})
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
-    full = _cli(["run", str(cfg_path), "--out", str(tmp_path / "full")])
-    assert full.wait(timeout=300) == 0, full.stderr.read()
-    # the resumed run: stopped after its step-2 checkpoint by running it with steps=2 is not the same
-    # run (schedules depend on steps), so it is killed for real once the checkpoint is on disk
-    import os
-    import signal
-    import time
-    victim = _cli(["run", str(cfg_path), "--out", str(tmp_path / "killed")])
-    deadline = time.time() + 300
-    while not (tmp_path / "killed" / "checkpoints" / "step_2").exists():
-        assert victim.poll() is None and time.time() < deadline, "run ended before its checkpoint"
-        time.sleep(0.05)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait()
-    assert not (tmp_path / "killed" / "eval.json").exists(), "killed too late to test resume"
-    resumed = _cli(["run", str(cfg_path), "--out", str(tmp_path / "killed"), "--resume"])
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    run_killed_and_resumed(cfg_path, tmp_path, "step_2")
     a = json.loads((tmp_path / "full" / "eval.json").read_text())
-    b = json.loads((tmp_path / "killed" / "eval.json").read_text())
-    assert a == b
-
-    def strip(rows):
-        return [{k: v for k, v in r.items() if k != "time" and not k.startswith("time/")} for r in rows]
-    assert strip(_rows(tmp_path / "full")) == strip(_rows(tmp_path / "killed"))
     rows = [r for r in _rows(tmp_path / "full") if "gen/reward" in r]
     assert [round(r["gen/reward"], 6) for r in rows] == GOLDEN_GEN_REWARDS
     assert round(a["verifier_warmup"]["test_injected"]["accuracy"], 6) == GOLDEN_WARMUP_ACC
