@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
+from cotrain.roles import proposer
 from cotrain.roles.generator import chat_messages, plain_prompt
 
 
@@ -26,3 +27,12 @@ def encode_completion(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int
 def decode_completions(tokenizer: PreTrainedTokenizerBase, completion_ids, completion_mask) -> list[str]:
     rows = [ids[mask.bool()].tolist() for ids, mask in zip(completion_ids, completion_mask)]
     return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+def encode_proposer_prompts(tokenizer: PreTrainedTokenizerBase, examples: list[str]) -> list[list[int]]:
+    """Token ids of one proposer prompt per example problem (chat models see the example; the plain
+    prompt of a from-scratch model is the mark line alone)."""
+    if uses_chat(tokenizer):
+        return [tokenizer.apply_chat_template(proposer.chat_messages(e), add_generation_prompt=True, tokenize=True,
+                                              return_dict=False) for e in examples]
+    return [tokenizer(proposer.plain_prompt())["input_ids"] for _ in examples]

@@ -382,6 +382,42 @@ class ArithTask:
         except (TypeError, ValueError, AttributeError):
             return 0.0
 
+    def check_question(self, question: str, max_ops: int | None = None,
+                       max_operand: int | None = None) -> tuple[bool, bool]:
+        """(parsable, valid) of a proposed question. Never raises.
+
+        Parsable: in the arith notation. Valid: also within the size limits, 1..max_ops operations
+        (default: the task's most) of the task's ops, operands at most max_operand (default: the
+        task's; `*` at most max_mul_operand), and results within MAX_DIGITS - 1 digits.
+        """
+        parsed = parse_question(question)
+        if parsed is None:
+            return False, False
+        first, operations = parsed
+        max_ops = self.n_ops[1] if max_ops is None else max_ops
+        max_operand = self.max_operand if max_operand is None else max_operand
+        valid = (1 <= len(operations) <= max_ops and first <= max_operand
+                 and all(op in self.ops and right <= (self.max_mul_operand if op == "*" else max_operand)
+                         for op, right in operations))
+        return True, valid and abs(int(solve(question)[1])) < 10 ** (MAX_DIGITS - 1)
+
+    def size(self, question: str) -> dict[str, float]:
+        """How big a question is: its number of operations and its largest operand ({} when unparsable)."""
+        parsed = parse_question(question)
+        if parsed is None:
+            return {}
+        first, operations = parsed
+        return {"n_ops": float(len(operations)), "max_operand": float(max([first] + [r for _, r in operations]))}
+
+    def problem_of(self, question: str) -> Problem | None:
+        """The problem with its ground truth for any question in the arith notation (evaluation of
+        proposed questions), or None."""
+        if parse_question(question) is None:
+            return None
+        steps, answer = solve(question)
+        return Problem(question=question, answer=answer, steps=steps, solution=format_solution(steps, answer),
+                       meta={"n_ops": len(steps)})
+
     def corrupt(self, problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
         """See `corrupt_solution`: (steps, solution) with a wrong result at step k, carried forward."""
         return corrupt_solution(problem.question, k, rng)

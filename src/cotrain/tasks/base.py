@@ -41,3 +41,38 @@ class Task(Protocol):
 
     def answers_equal(self, a: str, b: str) -> bool:
         """Whether two extracted answers are the same answer (for majority voting). Never raises."""
+
+
+# ----------------------------------------------------------------------------- the label-free wall
+
+
+class LabelLeak(RuntimeError):
+    """A label-free training path touched a ground-truth answer (a bug, never a user error)."""
+
+
+class HiddenAnswer:
+    """Stands where the answer of a problem handed to a label-free training path was: using it in any
+    way that could reveal the answer (str, int, float, comparison, length, iteration) raises LabelLeak."""
+
+    __slots__ = ()
+
+    def _leak(self, *args, **kwargs):
+        raise LabelLeak("a label-free training path read a ground-truth answer")
+
+    __str__ = __int__ = __float__ = __index__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _leak
+    __len__ = __iter__ = __getitem__ = __contains__ = __bool__ = __format__ = __add__ = __radd__ = _leak
+
+    def __hash__(self) -> int:  # a problem stays hashable; every hidden answer hashes alike
+        return 0
+
+    def __repr__(self) -> str:
+        return "<hidden answer>"
+
+
+HIDDEN = HiddenAnswer()
+
+
+def blind(problems: list[Problem]) -> list[Problem]:
+    """The problems as a label-free training path may see them: the question and its metadata, with
+    the answer replaced by HIDDEN and no reference steps or solution."""
+    return [Problem(question=p.question, answer=HIDDEN, steps=(), solution=None, meta=dict(p.meta)) for p in problems]
