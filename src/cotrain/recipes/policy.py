@@ -72,19 +72,9 @@ def policy_update(model, opt, ro: Rollout, advantages: torch.Tensor, mask: torch
         for k, (mb, groups) in enumerate(zip(minibatches, trained)):
             mb_rows = [i * gs + j for i in mb for j in range(gs)]
             zero_grads(model)
-            st = {"loss": 0.0}
-            if len(groups):
-                logp, rows = _logprobs(model, ro, groups, g, bf16)                          # [b*G, T]
-                loss, st = grpo_loss(
-                    logp, old_logp[k] if reuse else logp.detach(), advantages[rows].to(logp.device),
-                    mask[rows].to(logp.device), epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,
-                    ref_logp=ref_logp[k], loss_type=g.loss_type, num_sequences=len(mb_rows),
-                    num_tokens=int(mask[mb_rows].sum()), max_len=g.max_new_tokens)
-                loss.backward()
-                st["loss"] = loss.item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-            opt.step()
-            st["grad_norm"] = grad_norm.item()
+            st = _backward(model, ro, advantages, mask, g, groups, mb_rows, old_logp[k] if reuse else None,
+                           ref_logp[k], bf16)
+            st["grad_norm"] = optimizer_step(model, opt, max_grad_norm)
             for key, v in st.items():
                 stats.setdefault(key, []).append(v)
     for key in ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl"):
@@ -94,6 +84,64 @@ def policy_update(model, opt, ro: Rollout, advantages: torch.Tensor, mask: torch
     out["tokens_trained"] = sum(int(mask[i * gs:(i + 1) * gs].sum()) for i in active) * g.num_iterations
     out["prompt_tokens_trained"] = sum(int(ro.prompt_mask[i * gs].sum()) for i in active) * g.num_iterations
     return out
+
+
+def _backward(model, ro: Rollout, advantages, mask, g: GrpoConfig, groups: torch.Tensor, mb_rows: list[int],
+              old_logp, ref_logp, bf16: bool) -> dict[str, float]:
+    """Add the GRPO loss of `groups` (a minibatch of rows `mb_rows`) to the gradients; its stats."""
+    if not len(groups):
+        return {"loss": 0.0}
+    logp, rows = _logprobs(model, ro, groups, g, bf16)                                      # [b*G, T]
+    loss, st = grpo_loss(
+        logp, logp.detach() if old_logp is None else old_logp, advantages[rows].to(logp.device),
+        mask[rows].to(logp.device), epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,
+        ref_logp=ref_logp, loss_type=g.loss_type, num_sequences=len(mb_rows),
+        num_tokens=int(mask[mb_rows].sum()), max_len=g.max_new_tokens)
+    loss.backward()
+    st["loss"] = loss.item()
+    return st
+
+
+def optimizer_step(model, opt, max_grad_norm: float) -> float:
+    """Clip the accumulated gradients and step; the gradient norm before clipping."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    opt.step()
+    return grad_norm.item()
+
+
+def policy_backward(model, ro: Rollout, advantages: torch.Tensor, mask: torch.Tensor, g: GrpoConfig, *,
+                    bf16: bool = False) -> dict[str, float]:
+    """Add one role's GRPO loss (one pass, rho = 1, no reference) to `model`'s gradients without
+    stepping: several roles of one model then share one optimizer step (`optimizer_step`).
+
+    Returns:
+        loss, clip_ratio, kl and `frac_groups_trained`, `tokens_trained`, `prompt_tokens_trained`.
+    """
+    gs = g.group_size
+    n_prompts = advantages.shape[0] // gs
+    groups = contributing_groups(advantages, gs, 0.0)
+    st = _backward(model, ro, advantages, mask, g, groups, list(range(n_prompts * gs)), None, None, bf16)
+    for key in ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl"):
+        st.setdefault(key, 0.0)
+    active = groups.tolist()
+    st["frac_groups_trained"] = len(active) / max(n_prompts, 1)
+    st["tokens_trained"] = sum(int(mask[i * gs:(i + 1) * gs].sum()) for i in active)
+    st["prompt_tokens_trained"] = sum(int(ro.prompt_mask[i * gs].sum()) for i in active)
+    return st
+
+
+def sequence_logprobs(model, tokenizer, questions: list[str], texts: list[str], *,
+                      bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The summed log-prob [N] of each completion text after its question's generator prompt
+    (differentiable), and its number of tokens [N] (eos included). Texts are re-encoded."""
+    from cotrain.models.prompts import encode_completion, encode_generator_prompts
+    from cotrain.recipes.sft import right_pad
+
+    prompt_ids, prompt_mask = left_pad(encode_generator_prompts(tokenizer, questions), tokenizer.pad_token_id)
+    target_ids, target_mask = right_pad([encode_completion(tokenizer, t) for t in texts], tokenizer.pad_token_id)
+    logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask, bf16=bf16)  # [N, T]
+    mask = target_mask.to(logp.device)
+    return (logp * mask).sum(dim=1), mask.sum(dim=1)
 
 
 def supervised_step(model, opt, prompts: list[list[int]], targets: list[list[int]], pad_id: int, *,
