@@ -24,9 +24,12 @@ def _recipe(name: str):
     if name == "sft":
         from cotrain.recipes import sft
         return sft
-    if name in ("tango", "frozen_verifier"):
+    if name in ("tango", "frozen_verifier", "consistency"):
         from cotrain.recipes import tango
         return tango
+    if name in ("triad", "reliability"):
+        from cotrain.recipes import selfplay
+        return selfplay
     from cotrain.recipes import grpo
     return grpo
 

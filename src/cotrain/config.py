@@ -129,6 +129,82 @@ class TangoConfig(_Section):
     eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
 
 
+class CurriculumConfig(_Section):
+    """A difficulty schedule for a fixed task source (`grpo`): start easy, move up as accuracy rises."""
+
+    levels: list[dict[str, Any]] = Field([], description=(
+        "Task options of each level, easiest first, each overriding task.* (empty: no curriculum); e.g. "
+        "[{n_ops: [1, 1], max_operand: 20}, {n_ops: [1, 2], max_operand: 50}, {}]."))
+    raise_at: float = Field(0.8, gt=0, le=1, description=(
+        "Move to the next level once the training accuracy, averaged over `window` steps, reaches this."))
+    window: int = Field(10, ge=1, description="Steps of training accuracy averaged for the level decision.")
+
+
+class ConsistencyConfig(_Section):
+    """Label-free co-training (`recipe: consistency`): majority-vote pseudo-labels instead of answers."""
+
+    min_share: float = Field(0.5, ge=0, le=1, description=(
+        "Smallest share of a group's G samples behind the majority answer for the group to be pseudo-labelled."))
+    w_verdict: float = Field(0.5, ge=0, le=1, description=(
+        "Generator reward: w_verdict * verifier approval + (1 - w_verdict) * agreement with the majority answer."))
+
+
+class SelfPlayConfig(_Section):
+    """The proposer-solver-judge loops (`triad`, `reliability`); the judge uses the `verifier` settings."""
+
+    shared_model: bool = Field(True, description=(
+        "One model plays proposer, solver and judge (one joint update); false: three models."))
+    proposer_init: str | None = Field(None, description="The proposer's start when not shared (default: the run's init).")
+    proposals: int = Field(16, ge=2, description="Questions the proposer writes per step (its GRPO group).")
+    proposer_temperature: float = Field(1.0, gt=0, description="Sampling temperature of the proposer.")
+    proposer_lr: float | None = Field(None, gt=0, description="The proposer's learning rate (default: train.lr).")
+    question_max_new_tokens: int = Field(24, ge=1, description="Length limit of a proposed question.")
+    max_ops: int | None = Field(None, ge=1, description="arith validity: most operations (default: the task's).")
+    max_operand: int | None = Field(None, ge=1, description="arith validity: largest operand (default: the task's).")
+    proposer_warmup_steps: int = Field(0, ge=0, description=(
+        "SFT steps teaching the proposer the task's question format on train-split questions (no answers)."))
+    seed_questions: int = Field(512, ge=1, description="Train-split questions, without answers, that seed the buffer.")
+    buffer_size: int = Field(1024, ge=1, description="Most questions kept in the question buffer (oldest leave first).")
+    min_quality: float = Field(0.7, ge=0, le=1, description=(
+        "MAE quality filter: below it a question earns no difficulty reward and does not enter the buffer."))
+    judge_passes: int = Field(3, ge=1, description="Judging passes per answer (sampled at verifier.temperature).")
+    train_judge: bool = Field(True, description="triad: train the judge on its format reward (MAE).")
+    solver_norm: Literal["role", "group"] = Field("role", description=(
+        "triad: normalise the solver's advantages over its whole batch (MAE's per-role normalisation) or "
+        "within each question's G answers (GRPO)."))
+    proposer_reward: Literal["mae", "learnability"] = Field("mae", description=(
+        "triad: MAE's (quality + difficulty + format) / 3, or learnability 1 - p (Absolute Zero)."))
+
+
+class ReliabilityConfig(_Section):
+    """Reliability-guided task generation (`recipe: reliability`, research/004)."""
+
+    n_strong: int = Field(2, ge=1, description="Candidates per question from the strong regime (low temperature).")
+    strong_temperature: float = Field(0.3, gt=0, description="Sampling temperature of the strong regime.")
+    n_weak: int = Field(2, ge=0, description="Candidates per question from the weak regime (high temperature).")
+    weak_temperature: float = Field(1.5, gt=0, description="Sampling temperature of the weak regime.")
+    n_old: int = Field(2, ge=0, description="Weak candidates from the solver's start checkpoint (temperature 1).")
+    weights: dict[str, float] = Field({"cons": 1.0, "sep": 1.0, "stab": 1.0}, description=(
+        "Proposer reward: weighted sum of the reliability signals cons, sep, stab."))
+    thresholds: dict[str, float] = Field({"cons": 0.85, "sep": 0.1, "stab": 0.7}, description=(
+        "The solver trains only on questions with every signal at or above these."))
+    filter: bool = Field(True, description="Train the solver only on questions above the thresholds (false: on all).")
+    solver_loss: Literal["dpo", "pg", "rank"] = Field("dpo", description=(
+        "Solver update: DPO on (best, worst) judged candidates, policy gradient on judge scores, or a ranking loss."))
+    dpo_beta: float = Field(0.1, gt=0, description="DPO temperature beta.")
+    min_gap: float = Field(0.3, ge=0, description="Smallest judge-score gap of a DPO pair.")
+    invalid_reward: float = Field(-0.5, description="Proposer reward of a parsable question outside the limits.")
+    malformed_reward: float = Field(-1.0, description="Proposer reward of an unparsable question.")
+
+    @model_validator(mode="after")
+    def _check(self):
+        for name, d in (("weights", self.weights), ("thresholds", self.thresholds)):
+            unknown = set(d) - {"cons", "sep", "stab"}
+            if unknown:
+                raise ValueError(f"reliability.{name}: unknown signal {sorted(unknown)[0]!r} (valid: cons, sep, stab)")
+        return self
+
+
 class EvalConfig(_Section):
     splits: list[str] = Field(["test", "ood"], min_length=1, description=(
         "Splits to evaluate at the end (missing ones are skipped); the first is also evaluated during training."))
@@ -153,8 +229,13 @@ class LogConfig(_Section):
     progress: bool = Field(True, description="Live progress bar on stderr.")
 
 
+LABEL_FREE = ("consistency", "triad", "reliability")
+"""Recipes whose training path never sees a ground-truth answer."""
+
+
 class RunConfig(_Section):
-    recipe: Literal["sft", "grpo", "frozen_verifier", "tango"] = Field("grpo", description="Training loop to run.")
+    recipe: Literal["sft", "grpo", "frozen_verifier", "tango", "consistency", "triad", "reliability"] = Field(
+        "grpo", description="Training loop to run.")
     seed: int = Field(0, description="The one seed; every random choice derives from it.")
     out_dir: str | None = Field(None, description="Run directory (the CLI's --out overrides it).")
     init: str | None = Field(None, description="Start from this checkpoint (a run dir, a step dir or a model dir).")
@@ -164,13 +245,23 @@ class RunConfig(_Section):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     tango: TangoConfig = Field(default_factory=TangoConfig)
+    consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    selfplay: SelfPlayConfig = Field(default_factory=SelfPlayConfig)
+    reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
 
     @model_validator(mode="after")
     def _check(self):
-        rl = self.recipe in ("grpo", "frozen_verifier", "tango")
+        rl = self.recipe != "sft"
+        if self.recipe in LABEL_FREE and "warmup_sft_steps" not in self.verifier.model_fields_set:
+            self.verifier.warmup_sft_steps = 0   # the default warm-up reads labels
+        if self.recipe in LABEL_FREE and self.verifier.warmup_sft_steps:
+            raise ValueError(
+                f"recipe {self.recipe} is label-free and cannot warm its verifier up on labelled verifications: set "
+                "verifier.warmup_sft_steps: 0 (and verifier.init to an already warmed-up verifier, if wanted)")
         if rl and self.train.batch_size % self.grpo.group_size:
             raise ValueError(
                 f"train.batch_size ({self.train.batch_size}) must be divisible by grpo.group_size "

@@ -15,6 +15,11 @@ rewards are all equal, whose gradient is exactly zero, are not run through the u
 loss keeps the whole batch's normalisers). `gen/entropy` is the sampler's entropy over all rows;
 `gen/clip_ratio` and `gen/kl` are over the trained groups.
 
+Curriculum (`curriculum.levels`, research direction 6): the training problems come from the task
+built with the current level's options; the level rises by one (`rl.selfplay.next_level`) once the
+training accuracy over the last `curriculum.window` steps reaches `curriculum.raise_at`. Evaluation
+always uses the task as configured. `curriculum/level` is logged.
+
 Run:  cotrain run configs/smoke.yaml --out runs/smoke
 """
 from __future__ import annotations
@@ -29,6 +34,7 @@ from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.recipes.policy import policy_update
 from cotrain.rl.losses import group_advantages, masked_mean
+from cotrain.rl.selfplay import next_level
 from cotrain.runs.session import (
     Compute,
     build_task,
@@ -44,6 +50,7 @@ from cotrain.runs.session import (
     sample_batch,
     training_pool,
 )
+from cotrain.tasks import make_task
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
@@ -55,17 +62,20 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model.to(device()).train()
     # The frozen reference is the starting model; none is built when beta == 0.
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if g.beta > 0 else None
-    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    cur = cfg.curriculum
+    levels = [make_task(cfg.task.name, **{**cfg.task.options(), **lv}) for lv in cur.levels] or [task]
+    pools = [training_pool(t, cfg, cfg.train.n_problems)[0] for t in levels]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="grpo")
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
+    level, recent = session.state.get("level", 0), list(session.state.get("recent_acc", []))
 
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         t0 = time.time()
         # -------------------------------------------------------------- rollout
-        prompt_problems = sample_batch(pool, n_prompts, cfg.seed, step)                # [B]
+        prompt_problems = sample_batch(pools[level], n_prompts, cfg.seed, step)        # [B]
         problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
         prompts = encode_generator_prompts(tokenizer, [p.question for p in prompt_problems])
         gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "rollout", step))
@@ -109,12 +119,20 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "time/gen": t_gen, "time/update": t_update, "time/step": time.time() - t0,
             **compute.metrics(),
         }
+        if cur.levels:
+            metrics["curriculum/level"] = level
+            recent = (recent + [metrics["gen/acc"]])[-cur.window:]
+            if len(recent) == cur.window:
+                new = next_level(level, sum(recent) / cur.window, cur.raise_at, len(levels) - 1)
+                if new != level:
+                    level, recent = new, []
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
         if step % cfg.log.every == 0 or step == cfg.train.steps:
             session.logger.log(step, metrics)
         session.progress.update(step, {"reward": metrics["gen/reward"],
                                        **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, "level": level,
+                                                           "recent_acc": recent})
 
     return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results={"compute": compute.summary()})

@@ -1,5 +1,6 @@
 """Generator-verifier co-training (RL Tango, experiment 2.1), its frozen-verifier baseline
-(experiment 1.2, `recipe: frozen_verifier`) and the adversarial variant (GAR, `tango.adversarial`).
+(experiment 1.2, `recipe: frozen_verifier`), the adversarial variant (GAR, `tango.adversarial`) and
+label-free consistency self-play (`recipe: consistency`, research direction 2).
 
 Algorithm (Zha et al. 2025, "RL Tango"; formulas in DESIGN.md):
   warm-up   the verifier is fine-tuned on verifications written for it (`verifier.warmup_sft_steps`):
@@ -18,6 +19,16 @@ Algorithm (Zha et al. 2025, "RL Tango"; formulas in DESIGN.md):
   frozen_verifier: the same warm-up and generator update; the verifier is never trained.
   adversarial (GAR): the verifier also earns w_catch for rejecting an incorrect solution, the
             generator w_approve for a correct solution the verifier approves.
+
+consistency (no ground truth on the training path: it sees `tasks.base.blind` problems):
+  the same loop with every ground-truth label replaced by a pseudo-label, the agreement of a
+  solution's answer with the majority answer of its group of G samples (groups whose majority has a
+  share below `consistency.min_share` are unlabelled). The verifier is rewarded for agreeing with
+  the pseudo-label; the generator by w * 1[approved] + (1 - w) * 1[agrees with the majority], plus the
+  verifier's process advantages. A verifier step samples G solutions of `verifier.solutions / G`
+  prompts. No labelled warm-up: start the verifier from a warmed-up one (`verifier.init`). Ground
+  truth is read only by the metrics under `gt/` (gen_acc, agree, hack_gap, pseudo_label_acc, ver_acc)
+  and by evaluation (`eval/`).
 
 Deviations from the paper, and why:
   - In the tiny world the verifier's rationale recomputes each step and repeats the claimed result
@@ -42,6 +53,7 @@ Run:  cotrain run configs/tango_smoke.yaml --out runs/tango
 """
 from __future__ import annotations
 
+import copy
 import random
 import time
 
@@ -56,6 +68,7 @@ from cotrain.models.prompts import decode_completions, encode_completion, encode
 from cotrain.models.verify import encode_verifier_prompts, step_ends, verify
 from cotrain.recipes.policy import policy_update, supervised_step
 from cotrain.rl.losses import group_advantages, masked_mean
+from cotrain.rl.selfplay import consistency_rewards, pseudo_labels
 from cotrain.rl.tango import (
     alpha_at,
     class_weights,
@@ -83,6 +96,7 @@ from cotrain.runs.session import (
     sample_batch,
     training_pool,
 )
+from cotrain.tasks.base import blind
 
 ROLES = ("gen", "ver")
 
@@ -100,6 +114,7 @@ def initial_verifier(cfg: RunConfig):
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, v, tg = cfg.grpo, cfg.verifier, cfg.tango
     frozen = cfg.recipe == "frozen_verifier" or tg.ver_steps == 0
+    label_free = cfg.recipe == "consistency"
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg)
@@ -107,7 +122,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     verifier, vtok = initial_verifier(cfg)
     model.to(device()).train()
     verifier.to(device()).train()
-    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    # The generator's frozen reference is its start; none is built when beta == 0.
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if g.beta > 0 else None
+    labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    pool = blind(labelled_pool) if label_free else labelled_pool
+    truth = {p.question: p for p in labelled_pool}  # ground truth of the training problems, for gt/* metrics only
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
     vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
@@ -126,6 +145,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     heldout = injected_error_set(task, task.problems(cfg.eval.splits[0], tg.eval_n, seed=1234)
                                  if cfg.eval.splits[0] in task.splits else [])
     ekw = eval_kwargs(cfg)
+    per_prompt = g.group_size if label_free else 1  # solutions per prompt in a verifier step
+
+    def labels_of(texts: list[str], problems: list, group_size: int) -> list[bool | None]:
+        """What trains both roles: each solution's ground-truth correctness, or (label-free) its
+        agreement with its group's majority answer (None: the group has no majority)."""
+        if label_free:
+            return pseudo_labels([task.extract_answer(t) for t in texts], group_size, cfg.consistency.min_share)
+        return [task.grade(t, p) >= 1 for t, p in zip(texts, problems)]
+
+    def truth_of(texts: list[str], problems: list) -> list[bool]:
+        """Ground-truth correctness, for the metrics alone."""
+        return [task.grade(t, truth[p.question]) >= 1 for t, p in zip(texts, problems)]
 
     def eval_verifier() -> dict[str, float]:
         m = evaluate_on_injected(verifier, vtok, task, heldout, max_new_tokens=v.max_new_tokens,
@@ -138,14 +169,22 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     def verifier_step() -> dict[str, float]:
         nonlocal ema, ver_step
         ver_step += 1
-        problems = sample_batch(pool, v.solutions, derive_seed(cfg.seed, "verifier"), ver_step)
+        prompt_problems = sample_batch(pool, max(1, v.solutions // per_prompt), derive_seed(cfg.seed, "verifier"), ver_step)
         gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "verifier-rollout", ver_step))
-        sro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in problems]),
-                       max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                       temperature=g.temperature, top_p=g.top_p, generator=gen, bf16=cfg.train.bf16)
+        sro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in prompt_problems]),
+                       group_size=per_prompt, max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id,
+                       pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p, generator=gen,
+                       bf16=cfg.train.bf16)
         compute.add("gen", forward=rollout_tokens(sro)[0])  # these samples train no one: not "generated"
         solutions = decode_completions(tokenizer, sro.completion_ids, sro.completion_mask)
-        correct = [task.grade(s, p) >= 1 for s, p in zip(solutions, problems)]
+        problems = [p for p in prompt_problems for _ in range(per_prompt)]
+        labels = labels_of(solutions, problems, per_prompt)
+        keep = [i for i, lab in enumerate(labels) if lab is not None]
+        if not keep:
+            return {"ver/labelled": 0.0}
+        pseudo_truth = [x for i, x in enumerate(truth_of(solutions, problems)) if i in keep] if label_free else []
+        solutions, problems = [solutions[i] for i in keep], [problems[i] for i in keep]
+        correct = [labels[i] for i in keep]
         vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], solutions, group_size=v.group_size,
                                 temperature=v.temperature, max_new_tokens=v.max_new_tokens, generator=gen,
                                 bf16=cfg.train.bf16)
@@ -164,7 +203,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                     trained=st["tokens_trained"] + st["prompt_tokens_trained"])
         grouped = rewards.view(-1, v.group_size)
         m = verdict_metrics([x.final for x in parsed], labels)
-        return {"ver/reward": rewards.mean().item(), "ver/reward_std": grouped.std(dim=1).mean().item(),
+        monitors = {}
+        if label_free:  # ground truth: metrics only
+            gt = verdict_metrics([x.final for x in parsed], [c for c in pseudo_truth for _ in range(v.group_size)])
+            monitors = {"ver/labelled": len(keep) / len(labels), "gt/ver_acc": gt["accuracy"],
+                        "gt/ver_balanced_acc": gt["balanced_accuracy"],
+                        "gt/ver_pseudo_label_acc": sum(a == b for a, b in zip(correct, pseudo_truth)) / len(keep)}
+        return {**monitors, "ver/reward": rewards.mean().item(), "ver/reward_std": grouped.std(dim=1).mean().item(),
                 "ver/frac_reward_zero_std": (grouped.std(dim=1) == 0).float().mean().item(),
                 "ver/acc": m["accuracy"], "ver/balanced_acc": m["balanced_accuracy"],
                 "ver/format": sum(x.format for x in parsed) / len(parsed), "ver/approve_rate": m["approve_rate"],
@@ -224,9 +269,12 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         t_verify = time.time() - t1
 
         # -------------------------------------------------------------- rewards and advantages
-        correct = [task.grade(t, p) >= 1 for t, p in zip(texts, problems)]
+        labels = labels_of(texts, problems, g.group_size)
         approved = [x.final for x in parsed]
-        rewards = generator_rewards(correct, approved, tg.adversarial, tg.w_approve)       # [B*G]
+        if label_free:
+            rewards = consistency_rewards(labels, approved, cfg.consistency.w_verdict)      # [B*G]
+        else:
+            rewards = generator_rewards(labels, approved, tg.adversarial, tg.w_approve)     # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
         n_steps = [len(split_steps(t)) for t in texts]
         s_rewards = [step_rewards(x.steps, k) for x, k in zip(parsed, n_steps)]
@@ -241,7 +289,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- generator update
         t2 = time.time()
         st = policy_update(model, opt, ro, advantages, mask, g, max_grad_norm=cfg.train.max_grad_norm,
-                           bf16=cfg.train.bf16)
+                           bf16=cfg.train.bf16, ref_model=ref_model)
         sched.step()
         compute.add("gen", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
         t_update = time.time() - t2
@@ -254,13 +302,30 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         t_ver_update = time.time() - t3
 
         # -------------------------------------------------------------- log / eval / checkpoint
+        correct = truth_of(texts, problems) if label_free else labels
         health = verdict_metrics(approved, correct)
         grouped = rewards.view(-1, g.group_size)
+        monitors = {  # ground truth; label-free runs log it under gt/ only
+            "gen/acc": sum(correct) / len(correct),
+            "cotrain/agree": health["accuracy"],
+            "cotrain/agree_balanced": health["balanced_accuracy"],
+            "cotrain/hack_gap": health["approve_rate"] - health["base_rate"],
+        }
+        if label_free:
+            labelled = [(lab, c) for lab, c in zip(labels, correct) if lab is not None]
+            names = {"gen/acc": "gt/gen_acc", "cotrain/agree": "gt/agree", "cotrain/agree_balanced": "gt/agree_balanced",
+                     "cotrain/hack_gap": "gt/hack_gap"}
+            monitors = {names[k]: x for k, x in monitors.items()}
+            monitors["gt/pseudo_label_acc"] = sum(a == b for a, b in labelled) / max(len(labelled), 1)
+            monitors["cotrain/labelled"] = len(labelled) / len(labels)
+            monitors["cotrain/agree_pseudo"] = verdict_metrics(
+                [a for a, lab in zip(approved, labels) if lab is not None], [lab for lab in labels if lab is not None]
+            )["accuracy"] if labelled else 0.0
         metrics = {
             "gen/reward": rewards.mean().item(),
             "gen/reward_std": grouped.std(dim=1).mean().item(),
             "gen/frac_reward_zero_std": (grouped.std(dim=1) == 0).float().mean().item(),
-            "gen/acc": sum(correct) / len(correct),
+            **monitors,
             "gen/len_mean": ro.lengths.float().mean().item(),
             "gen/len_clipped_ratio": ro.truncated.float().mean().item(),
             "gen/entropy": masked_mean(ro.entropy, ro.completion_mask).item(),
@@ -269,9 +334,6 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/process_usable": sum(r is not None for r in s_rewards) / len(s_rewards),
             "gen/adv_process_abs": masked_mean(process_adv.abs(), ro.completion_mask).item(),
             **{f"gen/{k}": x for k, x in st.items() if "tokens" not in k},
-            "cotrain/agree": health["accuracy"],
-            "cotrain/agree_balanced": health["balanced_accuracy"],
-            "cotrain/hack_gap": health["approve_rate"] - health["base_rate"],
             "cotrain/approve_rate": health["approve_rate"],
             "cotrain/format": sum(x.format for x in parsed) / len(parsed),
             "cotrain/distinct_verified": len(distinct) / len(pairs),
@@ -280,8 +342,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "time/gen": t_gen, "time/verify": t_verify, "time/update": t_update, "time/ver_update": t_ver_update,
             "time/step": time.time() - t0,
         }
-        for key in ver_metrics[0] if ver_metrics else []:
-            metrics[key] = sum(m[key] for m in ver_metrics) / len(ver_metrics)
+        for key in dict.fromkeys(k for m in ver_metrics for k in m):
+            values = [m[key] for m in ver_metrics if key in m]
+            metrics[key] = sum(values) / len(values)
         metrics.update(compute.metrics())
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
@@ -289,7 +352,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             model.train()
         if step % cfg.log.every == 0 or step == cfg.train.steps:
             session.logger.log(step, metrics)
-        session.progress.update(step, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"],
+        session.progress.update(step, {"reward": metrics["gen/reward"],
+                                       "agree": metrics.get("cotrain/agree", metrics.get("gt/agree")),
                                        **{k.split("/", 1)[1]: x for k, x in metrics.items() if k.startswith("eval/")}})
         maybe_checkpoint(cfg, session, step, roles,
                          extra={"compute": compute.tokens, "class_ema": ema, "ver_step": ver_step})
