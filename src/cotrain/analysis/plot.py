@@ -249,7 +249,8 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
     KL, entropy, completion length, loss; x = step; a colour per run, a line style per role); when
     some run has an `eval.json`, `eval.png` (bars of pass@k / maj@k per split per run); and when some
     run logged a `cotrain/` key, `cotrain.png` (generator and verifier accuracy on one chart, and the
-    reward-hacking gap; see `_cotrain_figure`). A run with no usable metrics is logged as a warning and
+    reward-hacking gap; see `_cotrain_figure`); and when some run logged a label-free key (`gt/`,
+    `prop/`, `rel/`), `labelfree.png` (see `_labelfree_figure`). A run with no usable metrics is logged as a warning and
     left out; the others are still plotted.
 
     Args:
@@ -265,7 +266,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
             runs side by side after the first (SFT, then GRPO and tango from the same checkpoint).
 
     Returns:
-        The paths of the PNGs written, in the order curves.png, eval.png, cotrain.png.
+        The paths of the PNGs written, in the order curves.png, eval.png, cotrain.png, labelfree.png.
 
     Raises:
         ValueError: no run directories, a negative `smooth`, or no run with anything to plot.
@@ -304,6 +305,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
         panels.insert(min(2, len(panels)), _EVAL_PANEL)  # next to training accuracy
     has_eval = any(run.evals for run in runs)
     has_cotrain = any(k.startswith("cotrain/") for run in runs for k in run.series)
+    has_labelfree = any(k.startswith(("gt/", "prop/", "rel/")) for run in runs for k in run.series)
     if not panels and not has_eval and not has_cotrain:
         raise ValueError(f"no metrics to plot in: {', '.join(str(d) for d in run_dirs)}")
 
@@ -316,6 +318,8 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
             written.append(_save(_eval_figure(runs), out_dir / "eval.png"))
         if has_cotrain:
             written.append(_save(_cotrain_figure(runs, smooth), out_dir / "cotrain.png"))
+        if has_labelfree:
+            written.append(_save(_labelfree_figure(runs, smooth), out_dir / "labelfree.png"))
     return written
 
 
@@ -532,4 +536,79 @@ def _cotrain_figure(runs: list[_Run], smooth: int) -> Figure:
                 for key, linestyle, marker, face, label in left_keys if key in used_keys]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False)
     fig.suptitle("Co-training" + _smoothing_note(windows))
+    return fig
+
+
+# (title, y label, [(key, line style, label)]) of each panel of labelfree.png; a run draws the keys it logged.
+_LABELFREE_PANELS = [
+    ("Solver accuracy (ground truth, never trained on)", "accuracy",
+     [("gt/gen_acc", "-", "on its training questions (consistency)"),
+      ("gt/solver_acc", "-", "on its training questions (triad)"),
+      ("gt/strong_acc", "-", "strong candidates (reliability)"),
+      ("gt/weak_acc", "--", "weak candidates (reliability)"),
+      ("eval/test/pass@1", ":", "eval pass@1 (test)")]),
+    ("Judge / verifier agreement with ground truth", "agreement",
+     [("gt/agree", "-", "verifier verdict = truth (consistency)"),
+      ("gt/judge_agree", "-", "judge verdict = truth (triad, reliability)")]),
+    ("Pseudo-label accuracy", "accuracy",
+     [("gt/pseudo_label_acc", "-", "majority pseudo-label = truth")]),
+    ("Reliability of the proposed questions", "signal",
+     [("rel/cons", "-", "R_cons"), ("rel/sep", "--", "R_sep"), ("rel/stab", "-.", "R_stab"),
+      ("rel/pass_share", ":", "share above the thresholds")]),
+    ("Proposer validity", "share of proposals",
+     [("prop/valid", "-", "valid"), ("prop/parsable", "--", "parsable"), ("prop/distinct", ":", "distinct valid")]),
+    ("Difficulty of the proposed questions", "operations per question",
+     [("prop/n_ops", "-", "operations"), ("gt/proposed_solver_acc", ":", "solver accuracy on them (right axis)")]),
+]
+
+
+def _labelfree_figure(runs: list[_Run], smooth: int) -> Figure:
+    """labelfree.png: a label-free run's health at a glance, one panel per question.
+
+    Solver accuracy against ground truth (training samples, strong and weak candidates, periodic eval
+    pass@1 as circles), the judge's agreement with ground truth, the accuracy of majority pseudo-labels,
+    the three reliability signals of the proposed questions with the share above the thresholds, the
+    proposer's validity rate, and the size of the proposed questions (operations per question, with the
+    solver's accuracy on them on a right axis). Colour = run, line style = quantity; a panel no run
+    logged says so.
+    """
+    fig = Figure(figsize=(16.0, 8.8), layout="constrained")
+    axes = fig.subplots(2, 3).ravel()
+    windows: set[int] = set()
+    used_runs: list[_Run] = []
+    for ax, (title, ylabel, keys) in zip(axes, _LABELFREE_PANELS):
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel("step")
+        right = None
+        drawn = []
+        for run in runs:
+            for key, linestyle, label in keys:
+                if key not in run.series:
+                    continue
+                x, y = run.series[key]
+                target = ax
+                if key == "gt/proposed_solver_acc":
+                    right = right or ax.twinx()
+                    right.set_ylim(-0.03, 1.03)
+                    right.set_ylabel("solver accuracy")
+                    target = right
+                if key.startswith("eval/"):
+                    target.plot(x, y, color=run.color, linestyle=linestyle, marker="o", markersize=5, linewidth=1.0)
+                else:
+                    windows.add(_draw_curve(target, x, y, smooth, run.color, linestyle))
+                drawn.append((linestyle, label, key.startswith("eval/")))
+                used_runs.append(run)
+        if ylabel in ("accuracy", "agreement", "share of proposals"):
+            ax.set_ylim(-0.03, 1.03)
+        if not drawn:
+            ax.text(0.5, 0.5, "not logged by these runs", transform=ax.transAxes, ha="center", color="0.5")
+            continue
+        handles = [Line2D([], [], color="0.35", linestyle=ls, marker="o" if dot else None, label=label)
+                   for ls, label, dot in dict.fromkeys(drawn)]
+        ax.legend(handles=handles, fontsize=8, loc="best", frameon=False)
+    runs_used = list(dict.fromkeys(used_runs))
+    fig.legend(handles=[Line2D([], [], color=r.color, linewidth=2.5, label=r.label) for r in runs_used],
+               loc="outside lower center", ncols=min(max(len(runs_used), 1), 5), frameon=False)
+    fig.suptitle("Label-free co-evolution (ground truth shown, never trained on)" + _smoothing_note(windows))
     return fig

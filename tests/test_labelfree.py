@@ -1,0 +1,230 @@
+"""The label-free recipes (consistency, triad, reliability): the wall between training and ground
+truth, smoke runs of every variant, fixed-seed regressions and exact resume."""
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cotrain.config import build_config
+from cotrain.recipes import selfplay, tango
+from cotrain.roles import proposer
+from cotrain.tasks.arith import ArithTask
+from cotrain.tasks.base import HIDDEN, LabelLeak, Problem, blind
+from tests.conftest import nano_config
+from tests.test_recipes import _rows, run_killed_and_resumed
+from tests.test_tango import WARMUP, _changed, _weights
+
+SELFPLAY = {"shared_model": False, "proposals": 8, "proposer_warmup_steps": 40, "judge_passes": 2,
+            "seed_questions": 200}
+
+
+@pytest.fixture(scope="module")
+def warm_verifier(sft_run, tmp_path_factory):
+    """A verifier warmed up (labelled SFT, outside any label-free run) on the SFT generator's samples."""
+    start, _ = sft_run
+    out = tmp_path_factory.mktemp("warm")
+    raw = nano_config("tango", init=str(start), train={"steps": 0}, verifier=dict(WARMUP), tango={"eval_n": 20},
+                      eval={"k": 0, "n": 10, "every": 0})
+    tango.run(build_config(raw), out)
+    return out / "warmup" / "verifier"
+
+
+def labelfree_config(recipe: str, start: Path, verifier: Path, **overrides) -> dict:
+    raw = nano_config(recipe, init=str(start), verifier={"init": str(verifier), "solutions": 8, "max_new_tokens": 40},
+                      tango={"gen_steps": 2, "eval_n": 20}, selfplay=dict(SELFPLAY),
+                      reliability={"n_strong": 2, "n_weak": 1, "n_old": 1, "thresholds": {"cons": 0.0}},
+                      eval={"every": 3, "n_during": 20, "k": 0, "n": 20})
+    for key, value in overrides.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
+    return raw
+
+
+def _run(recipe: str, raw: dict, out: Path) -> dict:
+    return (tango if recipe == "consistency" else selfplay).run(build_config(raw), out)
+
+
+def _training_rows(out: Path) -> list[dict]:
+    """Every metric a run logged, except ground-truth monitors, evaluations and timings."""
+    skip = ("gt/", "eval/", "time")
+    return [{k: v for k, v in r.items() if not k.startswith(skip)} for r in _rows(out)]
+
+
+# ---------------------------------------------------------------------- the wall
+
+
+def test_blind_hides_answers_and_any_use_of_them_raises():
+    p = Problem("1+2", "3", ("1+2=3",), "1+2=3\n#3", meta={"n_ops": 1})
+    (b,) = blind([p])
+    assert b.question == "1+2" and b.answer is HIDDEN and b.steps == () and b.solution is None and b.meta == p.meta
+    for use in (str, int, float, lambda a: a == "3", lambda a: f"{a}", lambda a: "3" in a, bool):
+        with pytest.raises(LabelLeak):
+            use(b.answer)
+    with pytest.raises(LabelLeak):
+        ArithTask().grade("1+2=3\n#3", b)  # the grader cannot be used on a blinded problem either
+    assert repr(b.answer) == "<hidden answer>" and hash(b) == hash(blind([p])[0])
+
+
+def _poisoned(monkeypatch):
+    """Every problem the task hands out has a wrong answer, wrong steps and a wrong solution."""
+    real = ArithTask.problems
+
+    def problems(self, split, n=None, seed=0):
+        return [dataclasses.replace(p, answer=str(int(p.answer) + 7), steps=("0+0=0",), solution="0+0=0\n#0")
+                for p in real(self, split, n, seed)]
+
+    monkeypatch.setattr(ArithTask, "problems", problems)
+
+
+@pytest.mark.parametrize("recipe", ["consistency", "triad", "reliability"])
+def test_label_free_training_is_blind_to_the_answers(sft_run, warm_verifier, tmp_path, monkeypatch, recipe):
+    """With every answer the task hands out poisoned, a label-free run logs the same training metrics
+    and ends with the same weights: nothing on its training path depends on ground truth (only the gt/
+    monitors and the evaluations change)."""
+    start, _ = sft_run
+    raw = labelfree_config(recipe, start, warm_verifier, train={"steps": 3})
+    _run(recipe, raw, tmp_path / "clean")
+    with monkeypatch.context() as m:
+        _poisoned(m)
+        _run(recipe, raw, tmp_path / "poisoned")
+    clean, poisoned = _training_rows(tmp_path / "clean"), _training_rows(tmp_path / "poisoned")
+    assert len(clean) >= 3 and clean == poisoned
+    for role in ("generator", "verifier") if recipe == "consistency" else ("generator", "proposer", "judge"):
+        a, b = _weights(tmp_path / "clean" / "final" / role), _weights(tmp_path / "poisoned" / "final" / role)
+        assert all(torch.equal(a[k], b[k]) for k in a), role
+    monitors = [[{k: v for k, v in r.items() if k.startswith(("gt/", "eval/"))} for r in _rows(tmp_path / d)]
+                for d in ("clean", "poisoned")]
+    assert monitors[0] != monitors[1], "the poison did not reach ground truth at all: the test proves nothing"
+
+
+def test_the_wall_test_catches_a_recipe_that_reads_labels(sft_run, warm_verifier, tmp_path, monkeypatch):
+    """The same comparison on tango, which trains on ground truth, tells the runs apart."""
+    start, _ = sft_run
+    raw = labelfree_config("tango", start, warm_verifier, train={"steps": 3})
+    raw["verifier"]["warmup_sft_steps"] = 0
+    tango.run(build_config(raw), tmp_path / "clean")
+    with monkeypatch.context() as m:
+        _poisoned(m)
+        tango.run(build_config(raw), tmp_path / "poisoned")
+    assert _training_rows(tmp_path / "clean") != _training_rows(tmp_path / "poisoned")
+
+
+# ---------------------------------------------------------------------- smoke runs
+
+
+def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_verifier, tmp_path):
+    start, _ = sft_run
+    results = tango.run(build_config(labelfree_config("consistency", start, warm_verifier)), tmp_path)
+    assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
+    assert _changed(tmp_path / "warmup" / "verifier", tmp_path / "final" / "verifier")
+    rows = [r for r in _rows(tmp_path) if "gen/reward" in r]
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    for key in ["gen/reward", "gt/gen_acc", "gt/pseudo_label_acc", "gt/agree", "gt/hack_gap", "cotrain/labelled",
+                "cotrain/agree_pseudo"]:
+        assert all(math.isfinite(r[key]) for r in rows), key
+    assert all(0 <= r["gt/pseudo_label_acc"] <= 1 for r in rows)
+    assert any(r["cotrain/labelled"] > 0 for r in rows)
+    assert not any(k in r for r in rows for k in ("gen/acc", "cotrain/agree")), "ground truth outside gt/"
+    assert [r["step"] for r in rows if "ver/reward" in r] == [2, 4, 6]
+    assert math.isfinite(results["generator"]["test"]["pass@1"]) and "verifier" in results
+    assert (tmp_path / "labelfree.png").is_file()
+
+
+@pytest.mark.parametrize("recipe,overrides", [
+    ("triad", {}),
+    ("triad", {"selfplay": {"shared_model": True, "proposer_reward": "learnability", "solver_norm": "group"}}),
+    ("reliability", {}),
+    ("reliability", {"reliability": {"solver_loss": "pg", "filter": False}}),
+    ("reliability", {"reliability": {"solver_loss": "rank", "n_old": 0}, "selfplay": {"shared_model": True}}),
+])
+def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
+    start, _ = sft_run
+    raw = labelfree_config(recipe, start, warm_verifier, train={"steps": 3}, **overrides)
+    results = selfplay.run(build_config(raw), tmp_path)
+    assert _changed(start / "final" / "generator", tmp_path / "final" / "generator"), "solver not updated"
+    rows = [r for r in _rows(tmp_path) if "prop/reward" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    keys = ["prop/valid", "prop/parsable", "prop/reward", "gen/judge_score", "gt/judge_agree"]
+    keys += ["rel/pass_share_all", "gt/strong_acc"] if recipe == "reliability" else ["gen/reward", "gt/solver_acc"]
+    for key in keys:
+        assert all(math.isfinite(r[key]) for r in rows), key
+    assert all(0 <= r["prop/valid"] <= r["prop/parsable"] <= 1 for r in rows)
+    assert any(r["prop/valid"] > 0 for r in rows), "the proposer warm-up taught no valid question"
+    assert math.isfinite(results["generator"]["test"]["pass@1"])
+    if not raw["selfplay"]["shared_model"]:
+        assert (tmp_path / "final" / "proposer").is_dir() and (tmp_path / "final" / "judge").is_dir()
+
+
+def test_curriculum_raises_the_level_as_accuracy_rises(sft_run, tmp_path):
+    """grpo with three levels and a bar every step clears: level 0, 1, 2, then it stays at the top;
+    a bar no step clears keeps level 0."""
+    from cotrain.recipes import grpo
+
+    start, _ = sft_run
+    levels = [{"n_ops": [1, 1], "max_operand": 6}, {"n_ops": [1, 1], "max_operand": 9}, {}]
+    raw = nano_config("grpo", init=str(start), train={"steps": 4, "n_problems": 50}, eval={"every": 0, "k": 0, "n": 10},
+                      curriculum={"levels": levels, "raise_at": 1e-6, "window": 1})
+    grpo.run(build_config(raw), tmp_path / "easy")
+    rows = [r for r in _rows(tmp_path / "easy") if "curriculum/level" in r]
+    assert all(r["gen/acc"] > 0 for r in rows), "a step with no correct sample cannot raise the level"
+    assert [r["curriculum/level"] for r in rows] == [0, 1, 2, 2]
+    raw["curriculum"] = {"levels": levels, "raise_at": 1.0, "window": 2}
+    grpo.run(build_config(raw), tmp_path / "hard")
+    assert [r["curriculum/level"] for r in _rows(tmp_path / "hard") if "curriculum/level" in r] == [0, 0, 0, 0]
+
+
+# ---------------------------------------------------------------------- regression and resume
+
+
+@pytest.mark.parametrize("recipe", ["consistency", "triad", "reliability"])
+def test_label_free_fixed_seed_regression_and_resume(sft_run, warm_verifier, tmp_path, recipe):
+    """Same seed -> same metrics (golden values); killed after step 2 and resumed -> identical run."""
+    start, _ = sft_run
+    raw = labelfree_config(recipe, start, warm_verifier, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 1},
+                           eval={"every": 0})
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    run_killed_and_resumed(cfg_path, tmp_path, "step_2")
+    key = "gen/reward" if recipe != "reliability" else "prop/reward"
+    got = [round(r[key], 6) for r in _rows(tmp_path / "full") if key in r]
+    assert got == GOLDEN[recipe], got
+    assert json.loads((tmp_path / "full" / "eval.json").read_text())["generator"]["test"]["n"] == 20
+
+
+# What this code produced on CPU (seed 0, the nano world of conftest.py).
+GOLDEN = {"consistency": [0.25, 0.125, 0.125, 0.125],            # gen/reward
+          "triad": [0.589844, 0.5625, 0.59375, 0.5],                 # gen/reward
+          "reliability": [1.660156, 1.48112, 1.48112, 1.435547]}     # prop/reward
+
+
+# ---------------------------------------------------------------------- the proposer's format
+
+
+@pytest.mark.parametrize("text,chat,expected", [
+    ("12+34-5\n", False, "12+34-5"),
+    ("\n  7*3 \nmore", False, "7*3"),
+    ("", False, None),
+    ("   \n ", False, None),
+    ("Problem: What is 2+2?", True, "What is 2+2?"),
+    ("x" * 1001, False, None),
+    (None, False, None),
+])
+def test_proposer_parse(text, chat, expected):
+    assert proposer.parse(text, chat=chat) == expected
+
+
+def test_arith_checks_proposed_questions():
+    task = ArithTask(n_ops=(2, 3), max_operand=99, ops="+-")
+    assert task.check_question("12+34-5") == (True, True)
+    assert task.check_question("12+34") == (True, True)                    # fewer operations are fine
+    assert task.check_question("1+2+3+4+5") == (True, False)               # more than 3 operations
+    assert task.check_question("100+1") == (True, False)                   # operand above 99
+    assert task.check_question("3*4") == (True, False)                     # an op the task does not use
+    assert task.check_question("1+2+3+4+5", max_ops=4) == (True, True)
+    assert task.check_question("12 + 3") == (False, False)
+    assert task.size("12+34-5") == {"n_ops": 2.0, "max_operand": 34.0} and task.size("?") == {}
+    p = task.problem_of("12+34-5")
+    assert p.answer == "41" and task.grade(p.solution, p) == 1.0 and task.problem_of("x") is None
