@@ -137,7 +137,7 @@ def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_veri
     ("triad", {}),
     ("triad", {"selfplay": {"shared_model": True, "proposer_reward": "learnability", "solver_norm": "group"}}),
     ("reliability", {}),
-    ("reliability", {"reliability": {"solver_loss": "pg", "filter": False}}),
+    ("reliability", {"reliability": {"solver_loss": "pg", "filter": False, "n_best_of": 1, "best_of": 3}}),
     ("reliability", {"reliability": {"solver_loss": "rank", "n_old": 0}, "selfplay": {"shared_model": True}}),
 ])
 def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):

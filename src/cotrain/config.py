@@ -184,6 +184,10 @@ class ReliabilityConfig(_Section):
     n_weak: int = Field(2, ge=0, description="Candidates per question from the weak regime (high temperature).")
     weak_temperature: float = Field(1.5, gt=0, description="Sampling temperature of the weak regime.")
     n_old: int = Field(2, ge=0, description="Weak candidates from the solver's start checkpoint (temperature 1).")
+    n_best_of: int = Field(0, ge=0, description=(
+        "Strong candidates chosen best-of-N: of `best_of` samples at temperature 1, one whose answer is their "
+        "majority answer (self-consistency; choosing by the judge would make R_sep circular)."))
+    best_of: int = Field(4, ge=2, description="N of the best-of-N strong regime.")
     weights: dict[str, float] = Field({"cons": 1.0, "sep": 1.0, "stab": 1.0}, description=(
         "Proposer reward: weighted sum of the reliability signals cons, sep, stab."))
     thresholds: dict[str, float] = Field({"cons": 0.85, "sep": 0.1, "stab": 0.7}, description=(

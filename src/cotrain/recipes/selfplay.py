@@ -29,8 +29,8 @@ triad (Zhang et al. 2025, "Multi-Agent Evolve"; formulas in DESIGN.md), each ste
 reliability (research/004), each step:
   proposer  as in triad; the valid proposals and buffer questions make B = batch_size / C questions.
   solver    C candidates per question from sampling regimes: strong (`n_strong` at
-            `strong_temperature`) and weak (`n_weak` at `weak_temperature`, and `n_old` from the
-            solver's start checkpoint).
+            `strong_temperature`, and `n_best_of` best-of-N by self-consistency) and weak (`n_weak` at
+            `weak_temperature`, and `n_old` from the solver's start checkpoint).
   judge     `judge_passes` pointwise passes per candidate: scores [C, P]; R_cons = 1 - mean Var over
             passes, R_sep = E[J(strong)] - E[J(weak)], R_stab = agreement of the pairwise
             preferences across passes.
@@ -49,8 +49,8 @@ Deviations, and why:
     tiny world can compute exactly.
   - Pairwise preferences in `reliability` are read from each pass's pointwise scores (pass k
     prefers a_i over a_j when s_i > s_j), not asked of the judge with a pairwise prompt.
-  - Best-of-N is not one of the strong regimes: choosing by the judge's own score would make the
-    separation signal circular.
+  - Best-of-N picks by self-consistency (a sample with the majority answer of N), not by the
+    judge's score: choosing by the judge would make the separation signal circular.
 
 Metrics: `prop/*` (reward, valid, parsable, distinct, n_ops, max_operand: the size of the proposed
 questions), `gen/*` (the solver), `judge/*`, `rel/cons|sep|stab` (over the proposed questions),
@@ -86,6 +86,7 @@ from cotrain.rl.selfplay import (
     learnability_reward,
     mae_proposer_reward,
     mae_solver_reward,
+    majority_vote,
     passes_thresholds,
     preference_pairs,
     ranking_loss,
@@ -171,7 +172,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     compute = Compute({"prop": proposer.num_parameters(), "gen": solver.num_parameters(),
                        "judge": judge.num_parameters()}, state.get("compute"))
     chat = uses_chat(ptok)
-    n_candidates = rel.n_strong + rel.n_weak + rel.n_old
+    n_candidates = rel.n_strong + rel.n_weak + rel.n_old + rel.n_best_of
     n_questions = max(1, cfg.train.batch_size // (n_candidates if reliability else g.group_size))
     gp = g.model_copy(update={"group_size": sp.proposals, "max_new_tokens": sp.question_max_new_tokens,
                               "temperature": sp.proposer_temperature})
@@ -389,6 +390,21 @@ def _reliability_round(cfg: RunConfig, task, truth_of, questions: list[str], n_f
         for i in range(len(questions)):
             texts[i] += decoded[i * n:(i + 1) * n]
         strong += [is_strong] * n
+    if rel.n_best_of:  # best-of-N by self-consistency: per block of N samples, one with the majority answer
+        N = rel.best_of
+        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "best-of", step))
+        ro = generate(solver, prompts, group_size=rel.n_best_of * N, max_new_tokens=g.max_new_tokens,
+                      eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.0, generator=gen,
+                      bf16=cfg.train.bf16)
+        compute.add("gen", forward=rollout_tokens(ro)[0])
+        decoded = decode_completions(tok, ro.completion_ids, ro.completion_mask)
+        answers = [task.extract_answer(t) for t in decoded]
+        majorities, _ = majority_vote(answers, N)
+        for b, majority in enumerate(majorities):
+            block = range(b * N, (b + 1) * N)
+            pick = next((k for k in block if majority is not None and answers[k] == majority), block[0])
+            texts[b // rel.n_best_of].append(decoded[pick])
+        strong += [True] * rel.n_best_of
     C, P = len(strong), sp.judge_passes
     asked = [q for q in questions for _ in range(C)]
     answers = [t for row in texts for t in row]
