@@ -135,7 +135,8 @@ def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_veri
 
 @pytest.mark.parametrize("recipe,overrides", [
     ("triad", {}),
-    ("triad", {"selfplay": {"shared_model": True, "proposer_reward": "learnability", "solver_norm": "group"}}),
+    ("triad", {"selfplay": {"shared_model": True, "proposer_reward": "learnability", "solver_norm": "group"},
+               "grpo": {"beta": 0.1}}),
     ("reliability", {}),
     ("reliability", {"reliability": {"solver_loss": "pg", "filter": False, "n_best_of": 1, "best_of": 3}}),
     ("reliability", {"reliability": {"solver_loss": "rank", "n_old": 0}, "selfplay": {"shared_model": True}}),
@@ -154,6 +155,8 @@ def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
     assert all(0 <= r["prop/valid"] <= r["prop/parsable"] <= 1 for r in rows)
     assert any(r["prop/valid"] > 0 for r in rows), "the proposer warm-up taught no valid question"
     assert math.isfinite(results["generator"]["test"]["pass@1"])
+    if raw["grpo"].get("beta"):  # the KL is to the solver as RL starts, after the shared proposer warm-up
+        assert rows[0]["gen/kl"] == pytest.approx(0.0, abs=1e-6) and rows[-1]["gen/kl"] > 0
     if not raw["selfplay"]["shared_model"]:
         assert (tmp_path / "final" / "proposer").is_dir() and (tmp_path / "final" / "judge").is_dir()
 

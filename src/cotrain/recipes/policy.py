@@ -110,17 +110,22 @@ def optimizer_step(model, opt, max_grad_norm: float) -> float:
 
 
 def policy_backward(model, ro: Rollout, advantages: torch.Tensor, mask: torch.Tensor, g: GrpoConfig, *,
-                    bf16: bool = False) -> dict[str, float]:
-    """Add one role's GRPO loss (one pass, rho = 1, no reference) to `model`'s gradients without
-    stepping: several roles of one model then share one optimizer step (`optimizer_step`).
+                    bf16: bool = False, ref_model=None) -> dict[str, float]:
+    """Add one role's GRPO loss (one pass, rho = 1) to `model`'s gradients without stepping: several
+    roles of one model then share one optimizer step (`optimizer_step`). With g.beta > 0 the k3 KL to
+    `ref_model` is part of the loss.
 
     Returns:
         loss, clip_ratio, kl and `frac_groups_trained`, `tokens_trained`, `prompt_tokens_trained`.
     """
     gs = g.group_size
     n_prompts = advantages.shape[0] // gs
-    groups = contributing_groups(advantages, gs, 0.0)
-    st = _backward(model, ro, advantages, mask, g, groups, list(range(n_prompts * gs)), None, None, bf16)
+    groups = contributing_groups(advantages, gs, g.beta)
+    ref_logp = None
+    if g.beta > 0 and len(groups):
+        with torch.no_grad():
+            ref_logp = _logprobs(ref_model, ro, groups, g, bf16)[0]
+    st = _backward(model, ro, advantages, mask, g, groups, list(range(n_prompts * gs)), None, ref_logp, bf16)
     for key in ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl"):
         st.setdefault(key, 0.0)
     active = groups.tolist()

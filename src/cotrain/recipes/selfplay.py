@@ -22,6 +22,7 @@ triad (Zhang et al. 2025, "Multi-Agent Evolve"; formulas in DESIGN.md), each ste
             or the learnability reward 1 - S (0 at S in {0, 1}, -0.5 invalid, -1 malformed,
             `selfplay.proposer_reward: learnability`). Valid questions enter the buffer (FIFO).
   judge     reward = the format score of each pass (`selfplay.train_judge`).
+  With `grpo.beta` > 0 the solver's loss also holds the k3 KL to its start checkpoint.
   update    advantages normalised within each role's batch (the solver's optionally within each
             question's group, `selfplay.solver_norm: group`), then one optimizer step per model on the
             sum of its roles' GRPO losses.
@@ -63,11 +64,12 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.models.build import load_model
+from cotrain.models.build import load_model, save_model
 from cotrain.models.generate import generate
 from cotrain.models.prompts import (
     decode_completions,
@@ -161,11 +163,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         jopt, jsched = make_optimizer(judge, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}), cfg.train.steps)
         roles.update({"proposer": (proposer, ptok, popt, psched), "judge": (judge, jtok, jopt, jsched)})
         optimizers.update({id(proposer): (popt, psched), id(judge): (jopt, jsched)})
-    older = None  # the solver's start: the weak regime's older checkpoint and DPO's reference
-    if reliability and (rel.n_old or rel.solver_loss == "dpo"):
-        older, _ = initial_model(cfg)
-        older.to(device()).eval().requires_grad_(False)
+    older = None  # the solver's start: the weak regime's older checkpoint, DPO's and the KL's reference
     warmed = resume and bool(list_checkpoints(run_dir))
+    # With one shared model, the proposer's warm-up changes the solver too: RL starts after it.
+    start_dir = Path(run_dir) / "warmup" / "start"
+    if (reliability and (rel.n_old or rel.solver_loss == "dpo")) or (not reliability and g.beta > 0):
+        older, _ = load_model(start_dir) if warmed and start_dir.is_dir() else initial_model(cfg)
+        older.to(device()).eval().requires_grad_(False)
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
     state = session.state
     buffer: list[str] = list(state.get("buffer", seeds))
@@ -175,7 +179,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     n_candidates = rel.n_strong + rel.n_weak + rel.n_old + rel.n_best_of
     n_questions = max(1, cfg.train.batch_size // (n_candidates if reliability else g.group_size))
     gp = g.model_copy(update={"group_size": sp.proposals, "max_new_tokens": sp.question_max_new_tokens,
-                              "temperature": sp.proposer_temperature})
+                              "temperature": sp.proposer_temperature, "beta": 0.0})
 
     def save_state(step: int, force: bool = False) -> None:
         maybe_checkpoint(cfg, session, step, roles, force=force,
@@ -184,6 +188,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ proposer warm-up (step 0, no answers)
     if not warmed and sp.proposer_warmup_steps:
         metrics = warmup_proposer(cfg, proposer, ptok, seeds, compute)
+        if sp.shared_model and older is not None:
+            older.load_state_dict(solver.state_dict())
+            save_model(solver, tok, start_dir)
         metrics.update(compute.metrics())
         save_state(0, force=True)
         session.logger.log(0, metrics)
@@ -338,13 +345,13 @@ def _triad_round(cfg: RunConfig, task, truth_of, questions: list[str], n_fresh: 
             mask[sro.truncated] = 0
         adv = (role_advantages(rewards, ["gen"] * len(rewards)) if sp.solver_norm == "role"
                else group_advantages(rewards, G, "group"))
-        st = {"gen": policy_backward(solver, sro, adv, mask, g, bf16=cfg.train.bf16)}
+        st = {"gen": policy_backward(solver, sro, adv, mask, g, bf16=cfg.train.bf16, ref_model=older)}
         compute.add("gen", trained=st["gen"]["tokens_trained"] + st["gen"]["prompt_tokens_trained"])
         if sp.train_judge:
             gj = g.model_copy(update={"group_size": sp.judge_passes, "max_new_tokens": cfg.verifier.max_new_tokens,
                                       "temperature": cfg.verifier.temperature})
             st["judge"] = policy_backward(judge, jro, role_advantages(judge_rewards, ["judge"] * len(judge_rewards)),
-                                          jro.completion_mask, gj, bf16=cfg.train.bf16)
+                                          jro.completion_mask, gj.model_copy(update={"beta": 0.0}), bf16=cfg.train.bf16)
             compute.add("judge", trained=st["judge"]["tokens_trained"] + st["judge"]["prompt_tokens_trained"])
         return st
 

@@ -28,7 +28,7 @@ consistency (no ground truth on the training path: it sees `tasks.base.blind` pr
   verifier's process advantages. A verifier step samples G solutions of `verifier.solutions / G`
   prompts. No labelled warm-up: start the verifier from a warmed-up one (`verifier.init`). Ground
   truth is read only by the metrics under `gt/` (gen_acc, agree, hack_gap, pseudo_label_acc, ver_acc)
-  and by evaluation (`eval/`).
+  and by evaluation (`eval/`); `ver/acc` and `cotrain/agree_pseudo` are agreement with pseudo-labels.
 
 Deviations from the paper, and why:
   - In the tiny world the verifier's rationale recomputes each step and repeats the claimed result
