@@ -1,5 +1,6 @@
 """Models are always `transformers` causal LMs: a Llama built from scratch with a character-level
-tokenizer (the tiny world), or any pretrained `AutoModelForCausalLM` (the real world)."""
+tokenizer (the tiny world), any pretrained `AutoModelForCausalLM` (the real world), or a small
+stand-in of a real architecture built offline (`build_standin`)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import string
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, processors
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -16,6 +17,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
+    Qwen2Config,
 )
 from transformers.utils import logging as hf_logging
 
@@ -35,6 +37,8 @@ hf_logging.disable_progress_bar()  # our own progress line is the only one on st
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 # Printable ASCII and newline: enough for every role's text (verdicts, proposed questions, rg tasks).
 CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c"))
+SELF_CONTAINED = ("char", "fast")
+"""Tokenizer kinds in `cotrain_tokenizer.json` that load with `PreTrainedTokenizerFast`, not `AutoTokenizer`."""
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
@@ -69,6 +73,96 @@ def build_model(cfg: ModelConfig, seed: int = 0) -> tuple[PreTrainedModel, PreTr
     return model, tokenizer
 
 
+# ----------------------------------------------------------------------------- stand-ins of real architectures
+
+# Per architecture: special tokens (bos, eos, pad and the chat markers), and a chat template in the
+# style of its instruction-tuned releases. Qwen2 writes ChatML and has no bos; Llama writes the
+# Llama-3 header format and its tokenizer prepends bos to plain text (the template writes it itself).
+_STANDINS = {
+    "qwen2": {
+        "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "config_bos": "<|endoftext|>",
+        "template": (
+            "{% for message in messages %}"
+            "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+            "{% endfor %}"
+            "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
+    },
+    "llama": {
+        "specials": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                     "<|eot_id|>", "<|finetune_right_pad_id|>"],
+        "bos": "<|begin_of_text|>", "eos": "<|eot_id|>", "pad": "<|finetune_right_pad_id|>",
+        "config_bos": "<|begin_of_text|>",
+        "template": (
+            "{{ bos_token }}"
+            "{% for message in messages %}"
+            "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}"
+            "{% endfor %}"
+            "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"),
+    },
+}
+
+
+def build_standin(arch: str, out_dir: str | Path, *, corpus: list[str], vocab_size: int = 512, hidden_size: int = 64,
+                  layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
+    """Build and save a small, randomly initialised stand-in of a real architecture, entirely offline.
+
+    It is what the pretrained-model path (`model.path`, `init`) is exercised with when no hub is
+    reachable: a `Qwen2ForCausalLM` or `LlamaForCausalLM` from `AutoModelForCausalLM.from_config`, with a
+    byte-level BPE tokenizer trained on `corpus`, the architecture's chat special tokens (bos, eos, pad)
+    and a chat template in the style of its instruction-tuned releases (ChatML for qwen2, Llama-3
+    headers for llama), so prompts go through `apply_chat_template` exactly as with a real checkpoint.
+    It is saved with `save_model` and loads back with `load_model` (same vocabulary, chat template,
+    left padding). Its weights are random: it exercises code paths, it does not solve anything.
+
+    Args:
+        arch: "qwen2" or "llama".
+        out_dir: directory to write (created).
+        corpus: texts the BPE merges are learned from (e.g. task questions, solutions, role prompts).
+        vocab_size: target vocabulary size (256 bytes + special tokens + merges).
+        hidden_size, layers, heads: model size; key/value heads are half the heads (grouped-query
+            attention, as in the real models) when `heads` is even.
+        seed: seed of the weight initialisation.
+
+    Returns:
+        out_dir, as a Path.
+    """
+    if arch not in _STANDINS:
+        raise ValueError(f"unknown stand-in architecture {arch!r} (valid: {', '.join(_STANDINS)})")
+    spec = _STANDINS[arch]
+    # ---- tokenizer: byte-level BPE (every string encodes; no unknown token), specials first
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=spec["specials"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    if spec["bos"] is None:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    else:
+        bos_id = tok.token_to_id(spec["bos"])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{spec['bos']} $A", pair=f"{spec['bos']} $A $B", special_tokens=[(spec["bos"], bos_id)])
+    # padding_side must be given here: set later, it is not saved with the tokenizer.
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=spec["bos"], eos_token=spec["eos"], pad_token=spec["pad"],
+        padding_side="left", clean_up_tokenization_spaces=False, chat_template=spec["template"])
+    # ---- model
+    config_class = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
+    config = config_class(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=heads // 2 if heads % 2 == 0 else heads, intermediate_size=4 * hidden_size,
+        max_position_embeddings=2048, tie_word_embeddings=True, rms_norm_eps=1e-6,
+        bos_token_id=tok.token_to_id(spec["config_bos"]), eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    out_dir = Path(out_dir)
+    save_model(model, tokenizer, out_dir)
+    return out_dir
+
+
 def _is_local_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file()
 
@@ -76,8 +170,9 @@ def _is_local_model_dir(path: Path) -> bool:
 def load_model(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer from a directory (ours or any HF one) or a hub id.
 
-    Self-built char tokenizers are loaded with `PreTrainedTokenizerFast`: `AutoTokenizer` may swap
-    them for the architecture's default class.
+    Self-built tokenizers (the char tokenizer, a stand-in's BPE; marked in `cotrain_tokenizer.json`
+    by `save_model`) are loaded with `PreTrainedTokenizerFast`: `AutoTokenizer` may swap them for the
+    architecture's default class (on a qwen2 directory it rebuilds the pre-tokenizer and changes the ids).
     """
     p = Path(path)
     looks_local = p.exists() or str(path).startswith((".", "/", "~")) or str(path).count("/") > 1
@@ -86,7 +181,7 @@ def load_model(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path))
         marker = p / "cotrain_tokenizer.json"
-        if looks_local and marker.is_file() and json.loads(marker.read_text()).get("kind") == "char":
+        if looks_local and marker.is_file() and json.loads(marker.read_text()).get("kind") in SELF_CONTAINED:
             tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path), padding_side="left")
         else:
             tokenizer = AutoTokenizer.from_pretrained(str(path), padding_side="left")
@@ -103,6 +198,11 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path:
     path = Path(path)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
-    kind = "char" if tokenizer.unk_token == "<unk>" and len(tokenizer) == len(SPECIALS) + len(CHARS) else "pretrained"
+    if tokenizer.unk_token == "<unk>" and len(tokenizer) == len(SPECIALS) + len(CHARS):
+        kind = "char"
+    elif type(tokenizer) is PreTrainedTokenizerFast:  # the generic class: tokenizer.json is the whole tokenizer
+        kind = "fast"
+    else:
+        kind = "pretrained"
     (path / "cotrain_tokenizer.json").write_text(json.dumps({"kind": kind}))
 
