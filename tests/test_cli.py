@@ -126,7 +126,11 @@ def test_demo_contract(tmp_path, capsys):
 def test_shipped_configs_validate(path):
     from cotrain.config import load_config
 
-    assert load_config(path).recipe in ("sft", "grpo", "tango", "frozen_verifier")
+    from cotrain.cli import _recipe
+
+    recipe = load_config(path).recipe
+    assert recipe in ("sft", "grpo", "tango", "frozen_verifier", "consistency", "triad", "reliability")
+    assert callable(_recipe(recipe).run)
 
 
 def test_embedded_demo_stages_validate():
