@@ -182,8 +182,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         keep = [i for i, lab in enumerate(labels) if lab is not None]
         if not keep:
             return {"ver/labelled": 0.0}
-        pseudo_truth = [x for i, x in enumerate(truth_of(solutions, problems)) if i in keep] if label_free else []
         solutions, problems = [solutions[i] for i in keep], [problems[i] for i in keep]
+        pseudo_truth = truth_of(solutions, problems) if label_free else []  # ground truth: metrics only
         correct = [labels[i] for i in keep]
         vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], solutions, group_size=v.group_size,
                                 temperature=v.temperature, max_new_tokens=v.max_new_tokens, generator=gen,
