@@ -124,9 +124,8 @@ def test_demo_contract(tmp_path, capsys):
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
-    from cotrain.config import load_config
-
     from cotrain.cli import _recipe
+    from cotrain.config import load_config
 
     recipe = load_config(path).recipe
     assert recipe in ("sft", "grpo", "tango", "frozen_verifier", "consistency", "triad", "reliability")

@@ -5,7 +5,7 @@ import torch
 from cotrain.config import ModelConfig
 from cotrain.errors import UserError
 from cotrain.models.build import build_model, load_model, save_model
-from cotrain.models.generate import completion_logprobs, generate, group_logprobs
+from cotrain.models.generate import _generate, completion_logprobs, concat_rollouts, generate, group_logprobs, sample_token
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def _rollout(model, tok, group_size=1, **kw):
 def test_rollout_logprobs_match_training_forward(nano):
     """The sampler's log-probs equal a fresh forward pass over the finished sequences (ratio = 1)."""
     model, tok = nano
-    ro, _ = _rollout(model, tok, group_size=4, temperature=2.0, generator=torch.Generator().manual_seed(0))
+    ro, _ = _rollout(model, tok, group_size=4, temperature=2.0, seed=0)
     logp, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                                   temperature=2.0)
     m = ro.completion_mask.bool()
@@ -61,7 +61,7 @@ def test_rollout_logprobs_match_training_forward(nano):
 
 def test_group_logprobs_equal_full_forward_and_backprop(nano):
     model, tok = nano
-    ro, _ = _rollout(model, tok, group_size=3, temperature=1.5, generator=torch.Generator().manual_seed(1))
+    ro, _ = _rollout(model, tok, group_size=3, temperature=1.5, seed=1)
     full, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     shared, ent = group_logprobs(model, ro.prompt_ids[::3], ro.prompt_mask[::3], ro.completion_ids,
                                  ro.completion_mask, 3, with_entropy=True)
@@ -78,8 +78,8 @@ def test_greedy_is_deterministic_and_seeded_sampling_reproducible(nano):
     a, _ = _rollout(model, tok, greedy=True)
     b, _ = _rollout(model, tok, greedy=True)
     assert torch.equal(a.completion_ids, b.completion_ids)
-    c, _ = _rollout(model, tok, group_size=2, generator=torch.Generator().manual_seed(5))
-    d, _ = _rollout(model, tok, group_size=2, generator=torch.Generator().manual_seed(5))
+    c, _ = _rollout(model, tok, group_size=2, seed=5)
+    d, _ = _rollout(model, tok, group_size=2, seed=5)
     assert torch.equal(c.completion_ids, d.completion_ids)
 
 
@@ -122,8 +122,34 @@ def test_pretrained_path_with_chat_template_runs_grpo(nano, tmp_path):
 
 def test_group_logprobs_with_single_token_completions(nano):
     model, tok = nano
-    ro, _ = _rollout(model, tok, group_size=2, generator=torch.Generator().manual_seed(0))
+    ro, _ = _rollout(model, tok, group_size=2, seed=0)
     one = ro.completion_ids[:, :1]
     logp, _ = group_logprobs(model, ro.prompt_ids[::2], ro.prompt_mask[::2], one, torch.ones_like(one), 2)
     full, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, one, torch.ones_like(one))
     assert logp.shape == (6, 1) and torch.allclose(logp, full, atol=1e-5)
+
+
+def test_sample_token_inverts_the_cdf_by_hand():
+    """probs [0.5, 0, 0.3, 0.2]: cdf [0.5, 0.5, 0.8, 1.0]; u 0.1 -> 0, 0.55 -> 2 (token 1 has p = 0 and is
+    skipped), 0.79 -> 2, 0.85 -> 3, and a u just below 1 stays on the last token."""
+    logp = torch.tensor([0.5, 0.0, 0.3, 0.2]).log().expand(5, 4)
+    u = torch.tensor([0.1, 0.55, 0.79, 0.85, 1 - 1e-12], dtype=torch.float64)
+    assert sample_token(logp, u).tolist() == [0, 2, 2, 3, 3]
+
+
+def test_a_groups_samples_do_not_depend_on_the_rest_of_its_batch(nano):
+    """The seeded noise belongs to (seed, group): generating a prompt's group alone, or at another
+    position of a batch split as torchrun splits it, gives the same completions."""
+    model, tok = nano
+    whole, prompts = _rollout(model, tok, group_size=3, temperature=1.5, seed=7)
+    parts = [_generate(model, prompts[:1], 0, max_new_tokens=10, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                       temperature=1.5, top_p=1.0, greedy=False, seed=7, bf16=False, group_size=3),
+             _generate(model, prompts[1:], 1, max_new_tokens=10, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                       temperature=1.5, top_p=1.0, greedy=False, seed=7, bf16=False, group_size=3)]
+    joined = concat_rollouts(parts, tok.pad_token_id)
+    assert torch.equal(joined.completion_ids, whole.completion_ids)
+    assert torch.equal(joined.completion_mask, whole.completion_mask)
+    assert torch.equal(joined.prompt_ids, whole.prompt_ids) and torch.equal(joined.truncated, whole.truncated)
+    assert torch.allclose(joined.logp, whole.logp, atol=1e-5)
+    other, _ = _rollout(model, tok, group_size=3, temperature=1.5, seed=8)
+    assert not torch.equal(other.completion_ids, whole.completion_ids)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from cotrain import dist
 from cotrain.errors import UserError
 
 
@@ -42,8 +43,14 @@ def cmd_run(args) -> int:
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
-    results = _recipe(cfg.recipe).run(cfg, out, resume=args.resume)
-    _print_results(out, results)
+    dist.init()  # under torchrun: join the process group (one process: nothing)
+    main_process = dist.is_main()
+    try:
+        results = _recipe(cfg.recipe).run(cfg, out, resume=args.resume)
+    finally:
+        dist.close()
+    if main_process:
+        _print_results(out, results)
     return 0
 
 
@@ -52,6 +59,16 @@ def _print_results(run_dir, results: dict) -> None:
         for split, m in splits.items():
             shown = "  ".join(f"{k}={v:.3f}" for k, v in m.items() if k not in ("n",) and isinstance(v, float))
             print(f"{run_dir}  {role}/{split}: {shown}")
+
+
+def cmd_check(args) -> int:
+    from cotrain.config import load_config
+    from cotrain.runs.check import check
+
+    cfg = load_config(args.config, args.overrides)
+    print(f"cotrain check {args.config}", flush=True)
+    check(cfg, prompts=args.prompts, max_new_tokens=args.max_new_tokens, say=lambda line: print(line, flush=True))
+    return 0
 
 
 def cmd_eval(args) -> int:
@@ -158,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run directory (overrides out_dir)")
     r.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
     r.set_defaults(fn=cmd_run)
+
+    c = sub.add_parser("check", help=("validate a config and start it: load the data and every model, run and grade "
+                                      "the first rollout, report sizes, speed and memory"))
+    c.add_argument("config")
+    c.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.path=/path/to/model")
+    c.add_argument("--prompts", type=int, default=2, help="training prompts in the first rollout (default 2)")
+    c.add_argument("--max-new-tokens", type=int, help="cap on the first rollout's completion length")
+    c.set_defaults(fn=cmd_check)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint: cotrain eval CHECKPOINT --task arith")
     e.add_argument("checkpoint", help="a run dir, a checkpoint dir or a model dir")

@@ -25,6 +25,21 @@ class ModelConfig(_Section):
     tokenizer: Literal["char"] = Field("char", description="Tokenizer for a preset model (character level).")
     path: str | None = Field(None, description="Load a pretrained model from a directory or hub id instead of a preset.")
     max_length: int = Field(512, ge=16, description="Maximum positions of a preset model.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
+        "Dtype the weights are loaded or built in. bfloat16 halves the memory of weights, gradients and AdamW "
+        "moments and is what real runs on GPUs use (with LoRA the adapter stays float32, the frozen base is "
+        "bfloat16); float32 keeps every small update of a full fine-tune. train.bf16 (autocast) is separate."))
+    gradient_checkpointing: bool = Field(False, description=(
+        "Recompute each layer's activations in the backward pass instead of keeping them: less memory, "
+        "~30% more compute per training step; generation is unaffected."))
+    lora_r: int = Field(0, ge=0, description="Rank of LoRA adapters trained instead of the weights (0: full fine-tuning).")
+    lora_alpha: int = Field(16, ge=1, description="LoRA scaling numerator: the update is (lora_alpha / lora_r) B A.")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the input of the LoRA adapters.")
+    lora_target: list[str] | str = Field("all-linear", description=(
+        "Modules that get adapters: 'all-linear' (every linear layer but the output head) or a list of "
+        "module names, e.g. [q_proj, v_proj]."))
+    device: str | None = Field(None, description=(
+        "Device of this model: cpu, cuda, cuda:N or mps (default: cuda if available, else cpu)."))
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -32,6 +47,20 @@ class ModelConfig(_Section):
             self.__dict__["preset"] = None  # a path wins over the default preset
         if self.path is None and self.preset is None:
             raise ValueError("set model.preset or model.path")
+        return self
+
+    @staticmethod
+    def check_device(device: str | None) -> None:
+        """Raise ValueError unless `device` names a kind of device (None: the default one)."""
+        kind, _, index = (device or "cpu").partition(":")
+        if kind not in ("cpu", "cuda", "mps") or (index and not (kind == "cuda" and index.isdigit())):
+            raise ValueError(f"device must be cpu, cuda, cuda:N or mps (got {device!r})")
+
+    @model_validator(mode="after")
+    def _memory_options(self):
+        self.check_device(self.device)
+        if not self.lora_target or (isinstance(self.lora_target, list) and not all(self.lora_target)):
+            raise ValueError("lora_target must be 'all-linear' or a non-empty list of module names, e.g. [q_proj, v_proj]")
         return self
 
 
@@ -57,6 +86,12 @@ class TrainConfig(_Section):
     bf16: bool = Field(False, description=(
         "torch.autocast to bfloat16 for forward passes (CPU and GPU). On the tiny CPU models it speeds SFT "
         "by ~5% and slows GRPO by ~20% (sampling); on GPUs and larger models turn it on."))
+    fsdp: bool = Field(False, description=(
+        "Under torchrun, shard weights, gradients and optimizer states over the processes (FSDP2, one unit per "
+        "decoder layer); rollouts and evaluation use a plain copy of the weights refreshed after each update."))
+    micro_batch_size: int | None = Field(None, ge=1, description=(
+        "Sequences per forward and backward pass (gradient accumulation; GRPO rounds it down to whole groups, "
+        "at least one); null: a process's whole share of the batch at once. The update is the same either way."))
     n_problems: int | None = Field(20000, ge=1, description="Training problems drawn from the train split (null: all).")
     stop_at_acc: float | None = Field(None, gt=0, le=1, description=(
         "SFT: stop once greedy pass@1 on held-out train-split problems (eval.n_during of them, never the "
@@ -91,6 +126,9 @@ class VerifierConfig(_Section):
         "Start the verifier from this checkpoint (run dir, step dir or model dir); default: the run's `init`."))
     model: ModelConfig | None = Field(None, description=(
         "Build the verifier from scratch with this model config instead (asymmetric sizes); overrides init."))
+    device: str | None = Field(None, description=(
+        "Device of the verifier (and of a separate judge): cpu, cuda, cuda:N or mps; default: the device of "
+        "verifier.model, else of model. Its dtype, LoRA and checkpointing are those of verifier.model, else model."))
     lr: float = Field(1e-4, gt=0, description="Peak learning rate of the verifier's RL.")
     group_size: int = Field(4, ge=2, description="Verifications sampled per solution: the verifier's GRPO group.")
     solutions: int = Field(32, ge=1, description="Solutions verified per verifier RL step (one per prompt, fresh).")
@@ -112,6 +150,11 @@ class VerifierConfig(_Section):
         "In an injected-error example, the chance that each further step is wrong too (one step always is): "
         "claims that are often wrong teach the verifier to recompute rather than copy the claimed result."))
     warmup_rl_steps: int = Field(0, ge=0, description="Verifier-only RL steps after the SFT warm-up (RL Tango: 40).")
+
+    @model_validator(mode="after")
+    def _check(self):
+        ModelConfig.check_device(self.device)
+        return self
 
 
 class TangoConfig(_Section):
@@ -237,6 +280,23 @@ LABEL_FREE = ("consistency", "triad", "reliability")
 """Recipes whose training path never sees a ground-truth answer."""
 
 
+VLLM_RECIPES = ("grpo", "tango", "frozen_verifier", "consistency")
+
+
+class RolloutConfig(_Section):
+    """Which engine samples the generator's rollouts (its training samples in grpo, tango,
+    frozen_verifier and consistency; verifications, evaluation and self-play always use the HF path)."""
+
+    engine: Literal["hf", "vllm"] = Field("hf", description=(
+        "hf: transformers with a KV cache (any device); vllm: a vLLM engine colocated on the trainer's GPU, "
+        "its weights synced after every update (pip install vllm)."))
+    tis_cap: float = Field(2.0, gt=0, description=(
+        "vllm: truncated importance sampling, each token's loss weighted by min(pi_trainer / pi_sampler, tis_cap)."))
+    gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vllm: share of the GPU's memory for vLLM.")
+    max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + completion (null: the model's).")
+    sleep: bool = Field(False, description="vllm: free the engine's GPU memory during each update (sleep mode).")
+
+
 class RunConfig(_Section):
     recipe: Literal["sft", "grpo", "frozen_verifier", "tango", "consistency", "triad", "reliability"] = Field(
         "grpo", description="Training loop to run.")
@@ -253,6 +313,7 @@ class RunConfig(_Section):
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     selfplay: SelfPlayConfig = Field(default_factory=SelfPlayConfig)
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
@@ -266,6 +327,13 @@ class RunConfig(_Section):
             raise ValueError(
                 f"recipe {self.recipe} is label-free and cannot warm its verifier up on labelled verifications: set "
                 "verifier.warmup_sft_steps: 0 (and verifier.init to an already warmed-up verifier, if wanted)")
+        if self.train.fsdp and self.recipe in ("triad", "reliability"):
+            raise ValueError(f"train.fsdp is not supported by recipe {self.recipe}; set train.fsdp: false")
+        if self.train.fsdp and (self.model.lora_r or (self.verifier.model and self.verifier.model.lora_r)):
+            raise ValueError("train.fsdp with LoRA (model.lora_r > 0) is not supported; use one of them")
+        if self.rollout.engine == "vllm" and self.recipe not in VLLM_RECIPES:
+            raise ValueError(f"rollout.engine: vllm samples the generator of {', '.join(VLLM_RECIPES)}; "
+                             f"recipe {self.recipe} uses rollout.engine: hf")
         if rl and self.train.batch_size % self.grpo.group_size:
             raise ValueError(
                 f"train.batch_size ({self.train.batch_size}) must be divisible by grpo.group_size "

@@ -1,7 +1,6 @@
 """Generator evaluation per split: greedy pass@1, sampled pass@k (unbiased) and maj@k."""
 from __future__ import annotations
 
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cotrain.errors import UserError
@@ -14,14 +13,14 @@ EVAL_SEED = 1234  # problem selection and sampling of evaluation do not depend o
 
 
 def _complete(model, tokenizer, problems: list[Problem], repeats: int, *, greedy: bool, temperature: float,
-              max_new_tokens: int, batch_size: int, bf16: bool, generator: torch.Generator | None):
+              max_new_tokens: int, batch_size: int, bf16: bool, seed: int | None):
     """Completions (texts, truncated flags, lengths) of each problem repeated `repeats` times, in order."""
     prompts = [p for p in encode_generator_prompts(tokenizer, [q.question for q in problems]) for _ in range(repeats)]
     texts, truncated, lengths = [], [], []
     for i in range(0, len(prompts), batch_size):
         r = generate(model, prompts[i:i + batch_size], max_new_tokens=max_new_tokens,
                      eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=greedy,
-                     temperature=temperature, generator=generator, bf16=bf16)
+                     temperature=temperature, seed=None if seed is None else seed + i, bf16=bf16)
         texts += decode_completions(tokenizer, r.completion_ids, r.completion_mask)
         truncated += r.truncated.tolist()
         lengths += r.lengths.tolist()
@@ -32,7 +31,7 @@ def greedy_accuracy(model, tokenizer, task: Task, problems: list[Problem], *, ma
                     batch_size: int = 256, bf16: bool = False) -> float:
     """Fraction of `problems` whose greedy completion is graded correct."""
     texts, _, _ = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
-                            max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, generator=None)
+                            max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, seed=None)
     return sum(task.grade(t, p) for t, p in zip(texts, problems)) / len(problems)
 
 
@@ -45,15 +44,14 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
         raise UserError(f"split '{split}' of task {task.name} has no problems to evaluate")
     texts, truncated, lengths = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
                                           max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16,
-                                          generator=None)
+                                          seed=None)
     correct = [task.grade(t, p) for t, p in zip(texts, problems)]
     out = {"pass@1": sum(correct) / len(problems), "n": len(problems),
            "len_mean": sum(lengths) / len(lengths), "truncated_ratio": sum(truncated) / len(truncated)}
     if k >= 2 and n_sampled > 0:  # k = 1 would only repeat pass@1 with sampling noise
         sub = problems[:n_sampled]
-        gen = torch.Generator().manual_seed(EVAL_SEED)
         texts, _, _ = _complete(model, tokenizer, sub, k, greedy=False, temperature=temperature,
-                                max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, generator=gen)
+                                max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, seed=EVAL_SEED)
         pk, maj, mean = [], [], []
         for j, p in enumerate(sub):
             group = texts[j * k:(j + 1) * k]

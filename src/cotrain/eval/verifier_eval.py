@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import random
 
-import torch
-
 from cotrain.eval.evaluate import EVAL_SEED, _complete
 from cotrain.eval.verifier_metrics import best_of_n, earliest_error_metrics, first_error, verdict_metrics, weighted_vote
 from cotrain.models.verify import verify_batched
@@ -81,9 +79,8 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     if not problems:
         return {}
     k = max(k, 1)
-    gen = torch.Generator().manual_seed(EVAL_SEED)
     texts, _, _ = _complete(generator, gen_tokenizer, problems, k, greedy=False, temperature=temperature,
-                            max_new_tokens=gen_max_new_tokens, batch_size=batch_size, bf16=bf16, generator=gen)
+                            max_new_tokens=gen_max_new_tokens, batch_size=batch_size, bf16=bf16, seed=EVAL_SEED)
     flat_problems = [p for p in problems for _ in range(k)]
     correct = [task.grade(t, p) >= 1 for t, p in zip(texts, flat_problems)]
     answers = [task.extract_answer(t) for t in texts]

@@ -3,6 +3,7 @@ tokenizer (the tiny world), any pretrained `AutoModelForCausalLM` (the real worl
 stand-in of a real architecture built offline (`build_standin`)."""
 from __future__ import annotations
 
+import copy
 import json
 import string
 from pathlib import Path
@@ -23,6 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from cotrain.config import ModelConfig
 from cotrain.errors import UserError
+from cotrain.models.lora import AdapterOff, apply_lora, is_lora, load_adapter, save_lora
 
 # Size presets of the from-scratch Llama: (hidden, layers, heads, intermediate).
 PRESETS = {
@@ -58,7 +60,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 def build_model(cfg: ModelConfig, seed: int = 0) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A model from the config: a from-scratch preset or a pretrained path / hub id."""
     if cfg.path is not None:
-        return load_model(cfg.path)
+        return load_model(cfg.path, dtype=cfg.dtype)
     tokenizer = build_char_tokenizer()
     hidden, layers, heads, inter = PRESETS[cfg.preset]
     config = LlamaConfig(
@@ -167,8 +169,9 @@ def _is_local_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file()
 
 
-def load_model(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from a directory (ours or any HF one) or a hub id.
+def load_model(path: str | Path, dtype: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from a directory (ours or any HF one) or a hub id, with its
+    weights in `dtype` ("float32", "bfloat16", "float16"; default: the dtype they were saved in).
 
     Self-built tokenizers (the char tokenizer, a stand-in's BPE; marked in `cotrain_tokenizer.json`
     by `save_model`) are loaded with `PreTrainedTokenizerFast`: `AutoTokenizer` may swap them for the
@@ -179,7 +182,7 @@ def load_model(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     if looks_local and not _is_local_model_dir(p):
         raise UserError(f"not a model directory (no config.json): {path}")
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype) if dtype else "auto")
         marker = p / "cotrain_tokenizer.json"
         if looks_local and marker.is_file() and json.loads(marker.read_text()).get("kind") in SELF_CONTAINED:
             tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path), padding_side="left")
@@ -194,9 +197,16 @@ def load_model(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> None:
-    """`save_pretrained` (safetensors) of weights and tokenizer, loadable by transformers, vLLM, TRL."""
+    """`save_pretrained` (safetensors) of weights and tokenizer, loadable by transformers, vLLM, TRL.
+
+    A LoRA (peft) model is written as the plain model with its adapter merged, plus the adapter alone
+    in `adapter/` (`load_weights` restores it on resume).
+    """
     path = Path(path)
-    model.save_pretrained(path, safe_serialization=True)
+    if is_lora(model):
+        save_lora(model, path)
+    else:
+        model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     if tokenizer.unk_token == "<unk>" and len(tokenizer) == len(SPECIALS) + len(CHARS):
         kind = "char"
@@ -206,3 +216,74 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path:
         kind = "pretrained"
     (path / "cotrain_tokenizer.json").write_text(json.dumps({"kind": kind}))
 
+
+def load_weights(model, path: str | Path) -> None:
+    """Restore in place the trained weights `save_model` wrote to `path` (resume): every weight of a
+    plain model; the adapter of a LoRA model, whose frozen base is the one the run rebuilt."""
+    from cotrain import dist
+
+    if is_lora(model):
+        load_adapter(model, Path(path))
+        return
+    saved, _ = load_model(path)
+    if dist.is_sharded(model):
+        dist.load_full_state_dict(model, saved.state_dict())
+    else:
+        model.load_state_dict(saved.state_dict())
+
+
+# ----------------------------------------------------------------------------- memory options
+
+
+def resolve_device(name: str | torch.device | None) -> torch.device:
+    """A device that exists on this machine: `name`, or cuda when available, else cpu (None)."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise UserError(f"device {str(name)!r} is not available: this machine has {torch.cuda.device_count()} CUDA "
+                        "device(s); set model.device / verifier.device to one it has, or leave it unset")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"device {str(name)!r} is not available on this machine; set model.device / verifier.device "
+                        "to one it has, or leave it unset")
+    return dev
+
+
+def prepare_for_training(model: PreTrainedModel, cfg: ModelConfig, device: str | torch.device | None = None):
+    """Apply a model config's memory options to a freshly built or loaded model, in this order: weight
+    dtype, device, gradient checkpointing, LoRA adapters (created on the model's device).
+
+    Args:
+        cfg: the role's model config (dtype, device, gradient_checkpointing, lora_*).
+        device: where the model goes when `cfg.device` is unset (default: cuda if available, else cpu).
+
+    Returns:
+        The model, or with `cfg.lora_r > 0` a peft model wrapping it (only its adapters train).
+    """
+    dtype = getattr(torch, cfg.dtype)
+    if model.dtype != dtype:  # a preset, or a model loaded without a dtype (from_pretrained applied it otherwise)
+        # parameters only: buffers (the rotary frequencies) stay float32, as from_pretrained(dtype=...) leaves them
+        for p in model.parameters():
+            p.data = p.data.to(dtype)
+    model.to(resolve_device(cfg.device or device))
+    if cfg.gradient_checkpointing:
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
+            model.activation_checkpointing_enable(kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if cfg.lora_r > 0:
+        model = apply_lora(model, cfg)
+    return model
+
+
+def reference_model(model):
+    """The frozen reference of a KL penalty: a copy of `model` in eval mode without gradients, or for a
+    LoRA model its base with the adapters switched off (no copy)."""
+    from cotrain import dist
+
+    if is_lora(model):
+        return AdapterOff(model)
+    if dist.is_sharded(model):  # a plain copy of the start's weights on each process
+        return copy.deepcopy(dist.plain_copy(model)).eval().requires_grad_(False)
+    return copy.deepcopy(model).eval().requires_grad_(False)

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
+from cotrain import dist
+
 
 @dataclass
 class Rollout:
@@ -56,7 +58,28 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-@torch.no_grad()
+def _empty_rollout() -> Rollout:
+    z = torch.zeros((0, 0), dtype=torch.long)
+    return Rollout(z, z, z, z, torch.zeros((0, 0)), torch.zeros((0, 0)), torch.zeros(0, dtype=torch.bool))
+
+
+def group_noise(seed: int, group: int, group_size: int, steps: int) -> torch.Tensor:
+    """The uniforms [G, steps] that sample group `group` of a rollout seeded `seed`: one per row and
+    step, a function of (seed, group) alone, so a group's samples do not depend on which other groups
+    share its batch or its process."""
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + group) % (1 << 63))
+    return torch.rand((group_size, steps), generator=gen, dtype=torch.float64)
+
+
+def sample_token(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: for each row of logp [N, V], the first token whose cumulative probability
+    exceeds u [N] in [0, 1) times the row's total (so rounding cannot run past the last token).
+    Tokens of probability zero are never drawn."""
+    cdf = logp.exp().double().cumsum(-1)                                               # [N, V]
+    target = (u.to(cdf.device) * cdf[:, -1])[:, None]                                  # [N, 1]
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
+
+
 def generate(
     model: PreTrainedModel,
     prompts: list[list[int]],
@@ -67,7 +90,7 @@ def generate(
     temperature: float = 1.0,
     top_p: float = 1.0,
     greedy: bool = False,
-    generator: torch.Generator | None = None,
+    seed: int | None = None,
     bf16: bool = False,
     group_size: int = 1,
 ) -> Rollout:
@@ -75,8 +98,55 @@ def generate(
 
     Each prompt is run through the model once and its KV cache copied to its G rows. Finished rows
     are dropped from the batch and the cache as they end, so a batch whose completions differ in
-    length costs what its live rows cost.
+    length costs what its live rows cost. Under torchrun the prompts are split by rank (whole groups)
+    and the rollouts gathered, so every rank returns the whole rollout.
+
+    Args:
+        seed: sampling seed; group i is sampled with `group_noise(seed, i, ...)`, so the result is the
+            same whatever the number of processes. None draws from torch's global generator.
     """
+    model = dist.plain_copy(model)  # a model sharded with FSDP2 samples from its plain copy
+    if dist.world() == 1:
+        return _generate(model, prompts, 0, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                         temperature=temperature, top_p=top_p, greedy=greedy, seed=seed, bf16=bf16,
+                         group_size=group_size)
+    mine = dist.shard(len(prompts))
+    local = _generate(model, [prompts[i] for i in mine], mine.start, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                      pad_id=pad_id, temperature=temperature, top_p=top_p, greedy=greedy, seed=seed, bf16=bf16,
+                      group_size=group_size)
+    return concat_rollouts(dist.gather_objects(local), pad_id)
+
+
+def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
+    """One rollout of the rows of `parts` in order: prompts re-left-padded, completions re-right-padded."""
+    parts = [r for r in parts if r.prompt_ids.shape[0]]
+    if not parts:
+        return _empty_rollout()
+    p = max(r.prompt_ids.shape[1] for r in parts)
+    t = max(r.completion_ids.shape[1] for r in parts)
+
+    def left(x, width, value):
+        return F.pad(x, (width - x.shape[1], 0), value=value)
+
+    def right(x, width, value):
+        return F.pad(x, (0, width - x.shape[1]), value=value)
+
+    return Rollout(
+        torch.cat([left(r.prompt_ids, p, pad_id) for r in parts]),
+        torch.cat([left(r.prompt_mask, p, 0) for r in parts]),
+        torch.cat([right(r.completion_ids, t, pad_id) for r in parts]),
+        torch.cat([right(r.completion_mask, t, 0) for r in parts]),
+        torch.cat([right(r.logp, t, 0.0) for r in parts]),
+        torch.cat([right(r.entropy, t, 0.0) for r in parts]),
+        torch.cat([r.truncated for r in parts]))
+
+
+@torch.no_grad()
+def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_tokens: int, eos_id: int, pad_id: int,
+              temperature: float, top_p: float, greedy: bool, seed: int | None, bf16: bool, group_size: int) -> Rollout:
+    """`generate` of this process's prompts, the first of which is group `first_group` of the rollout."""
+    if not prompts:
+        return _empty_rollout()
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -87,6 +157,10 @@ def generate(
     out_entropy = torch.zeros((n, max_new_tokens))
     out_mask = torch.zeros((n, max_new_tokens), dtype=torch.long)
     truncated = torch.ones(n, dtype=torch.bool)
+    noise = None
+    if not greedy:                                                              # [N, max_new_tokens]
+        noise = (torch.cat([group_noise(seed, first_group + i, group_size, max_new_tokens) for i in range(len(prompts))])
+                 if seed is not None else torch.rand((n, max_new_tokens), dtype=torch.float64))
 
     attn = prompt_mask.to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
@@ -110,8 +184,7 @@ def generate(
             if top_p < 1.0:
                 scaled = _top_p_filter(scaled, top_p)
             logp_all = scaled.log_softmax(-1)
-            # sampled on the CPU, where the seeded generator lives, whatever the model's device
-            tokens = torch.multinomial(logp_all.exp().cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+            tokens = sample_token(logp_all, noise[live, t])
         out_ids[live, t] = tokens.cpu()
         out_logp[live, t] = logp_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
         p_logp = torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0)  # 0 * -inf -> 0
@@ -192,6 +265,11 @@ def group_logprobs(
     """
     device = next(model.parameters()).device
     assert completion_ids.shape[0] == prompt_ids.shape[0] * group_size, "completions must be [B*G, T]"
+    if model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
+        # checkpointed layers drop the KV cache in training mode (transformers): run each row whole
+        return completion_logprobs(model, prompt_ids.repeat_interleave(group_size, 0),
+                                   prompt_mask.repeat_interleave(group_size, 0), completion_ids, completion_mask,
+                                   temperature=temperature, bf16=bf16, with_entropy=with_entropy)
     p_mask = prompt_mask.to(device)
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)                                    # [B, P]
     cache = DynamicCache()

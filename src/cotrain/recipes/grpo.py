@@ -24,22 +24,20 @@ Run:  cotrain run configs/smoke.yaml --out runs/smoke
 """
 from __future__ import annotations
 
-import copy
-import time
-
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.models.generate import generate
+from cotrain.models.build import reference_model
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.recipes.policy import policy_update
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.rl.selfplay import next_level
 from cotrain.runs.session import (
     Compute,
+    Sampler,
+    StepTimer,
     build_task,
     derive_seed,
-    device,
     eval_during_training,
     finish,
     initial_model,
@@ -59,33 +57,33 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg)
     model, tokenizer = initial_model(cfg)
-    model.to(device()).train()
-    # The frozen reference is the starting model; none is built when beta == 0.
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if g.beta > 0 else None
+    model.train()  # on model.device: initial_model placed it
+    # The frozen reference is the starting model (with LoRA: its base, adapters off); none when beta == 0.
+    ref_model = reference_model(model) if g.beta > 0 else None
     cur = cfg.curriculum
     levels = [make_task(cfg.task.name, **{**cfg.task.options(), **lv}) for lv in cur.levels] or [task]
     pools = [training_pool(t, cfg, cfg.train.n_problems)[0] for t in levels]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="grpo")
+    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
     level, recent = session.state.get("level", 0), list(session.state.get("recent_acc", []))
 
     for step in range(session.start_step + 1, cfg.train.steps + 1):
-        t0 = time.time()
+        timer = StepTimer()
         # -------------------------------------------------------------- rollout
         prompt_problems = sample_batch(pools[level], n_prompts, cfg.seed, step)        # [B]
         problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
         prompts = encode_generator_prompts(tokenizer, [p.question for p in prompt_problems])
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "rollout", step))
-        ro = generate(model, prompts, group_size=g.group_size, max_new_tokens=g.max_new_tokens,
-                      eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
-                      top_p=g.top_p, generator=gen, bf16=cfg.train.bf16)
+        ro = sampler(model, prompts, group_size=g.group_size, max_new_tokens=g.max_new_tokens,
+                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
+                     top_p=g.top_p, seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
         texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        forward, _ = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=int(ro.completion_mask.sum()))
-        t_gen = time.time() - t0
+        forward, generated = rollout_tokens(ro)
+        compute.add("gen", forward=forward, generated=generated)
+        timer.lap("gen", generated)
 
         # -------------------------------------------------------------- reward and advantage
         rewards = torch.tensor([task.grade(t, p) for t, p in zip(texts, problems)])  # [B*G]
@@ -93,14 +91,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         mask = ro.completion_mask.clone()                                              # [B*G, T]
         if g.mask_truncated:
             mask[ro.truncated] = 0
+        timer.lap("reward")
 
         # -------------------------------------------------------------- loss and update
-        t1 = time.time()
+        sampler.before_update()
         stats = policy_update(model, opt, ro, advantages, mask, g, max_grad_norm=cfg.train.max_grad_norm,
-                              bf16=cfg.train.bf16, ref_model=ref_model)
+                              bf16=cfg.train.bf16, ref_model=ref_model, micro_batch_size=cfg.train.micro_batch_size,
+                              tis_cap=sampler.tis_cap)
         sched.step()
-        compute.add("gen", trained=stats["tokens_trained"] + stats["prompt_tokens_trained"])
-        t_update = time.time() - t1
+        sampler.after_update(model)
+        trained = stats["tokens_trained"] + stats["prompt_tokens_trained"]
+        compute.add("gen", trained=trained)
+        timer.lap("update", trained)
 
         # -------------------------------------------------------------- log / eval / checkpoint
         grouped = rewards.view(-1, g.group_size)
@@ -114,9 +116,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/entropy": masked_mean(ro.entropy, ro.completion_mask).item(),  # of the sampler, all rows
             "gen/lr": sched.get_last_lr()[0],
             **{f"gen/{k}": v for k, v in stats.items() if "tokens" not in k},
-            "tokens/gen_generated": int(ro.completion_mask.sum()),
+            "tokens/gen_generated": generated,
             "tokens/gen_trained": stats["tokens_trained"],
-            "time/gen": t_gen, "time/update": t_update, "time/step": time.time() - t0,
             **compute.metrics(),
         }
         if cur.levels:
@@ -128,6 +129,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                     level, recent = new, []
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            timer.lap("eval")
+        metrics.update(timer.metrics())
         if step % cfg.log.every == 0 or step == cfg.train.steps:
             session.logger.log(step, metrics)
         session.progress.update(step, {"reward": metrics["gen/reward"],

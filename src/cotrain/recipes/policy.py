@@ -8,19 +8,38 @@ from __future__ import annotations
 
 import torch
 
+from cotrain import dist
 from cotrain.config import GrpoConfig
 from cotrain.models.generate import Rollout, completion_logprobs, group_logprobs, left_pad
-from cotrain.rl.losses import contributing_groups, grpo_loss, masked_mean
+from cotrain.rl.losses import contributing_groups, grpo_loss, importance_stats, truncated_importance_weights
 
 
 def zero_grads(model: torch.nn.Module) -> None:
     """Zero gradients that exist as tensors even when no backward pass follows: a step that trains no
-    group must still step AdamW's moments, exactly as the zero gradient of the full batch would."""
+    group (or a process that holds none of the step's groups) must still step AdamW's moments and
+    join the gradient all-reduce, exactly as the zero gradient of the full batch would."""
     for p in model.parameters():
+        if not p.requires_grad:
+            continue
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         else:
             p.grad.zero_()
+
+
+def my_share(items: torch.Tensor) -> torch.Tensor:
+    """This process's block of `items` (group indices) under torchrun; all of them in one process."""
+    r = dist.shard(len(items))
+    return items[r.start:r.stop]
+
+
+def micro_batches(groups: torch.Tensor, group_size: int, micro_batch_size: int | None) -> list[torch.Tensor]:
+    """`groups` in chunks of whole groups holding at most `micro_batch_size` sequences (at least one
+    group each); one chunk when micro_batch_size is None."""
+    if not len(groups):
+        return []
+    per = len(groups) if micro_batch_size is None else max(1, micro_batch_size // group_size)
+    return list(groups.split(per))
 
 
 def _logprobs(model, ro: Rollout, groups: torch.Tensor, g: GrpoConfig, bf16: bool):
@@ -33,13 +52,33 @@ def _logprobs(model, ro: Rollout, groups: torch.Tensor, g: GrpoConfig, bf16: boo
     return logp, rows
 
 
+def _no_grad_logprobs(model, ro: Rollout, chunks: list[torch.Tensor], g: GrpoConfig, bf16: bool) -> list | None:
+    if model is None:
+        return None
+    with torch.no_grad():
+        out = [_logprobs(model, ro, c, g, bf16)[0] for c in chunks]
+        for _ in range(_passes(model, chunks) - len(chunks)):  # a sharded model's passes are collectives
+            _logprobs(model, ro, torch.tensor([0]), g, bf16)
+    return out
+
+
+def _passes(model, chunks: list) -> int:
+    """Micro-batch passes this process runs: its own, or as many as the busiest process when the model
+    is sharded (FSDP2), the extra ones empty."""
+    return dist.lockstep(len(chunks)) if dist.is_sharded(model) else len(chunks)
+
+
 def policy_update(model, opt, ro: Rollout, advantages: torch.Tensor, mask: torch.Tensor, g: GrpoConfig, *,
-                  max_grad_norm: float, bf16: bool = False, ref_model=None) -> dict[str, float]:
+                  max_grad_norm: float, bf16: bool = False, ref_model=None,
+                  micro_batch_size: int | None = None, tis_cap: float | None = None) -> dict[str, float]:
     """Train `model` on one batch of rollouts with the GRPO loss.
 
     With beta == 0, groups whose advantages are all zero add exactly zero to the gradient: they are
     left out of the forward and backward passes, and the loss keeps the normalisers of the whole
-    minibatch, so the update is unchanged (AdamW still steps, on zero gradients).
+    minibatch, so the update is unchanged (AdamW still steps, on zero gradients). The trained groups
+    of a minibatch are split over torchrun processes and run in micro-batches of at most
+    `micro_batch_size` sequences (whole groups); gradients accumulate over the micro-batches and are
+    averaged over processes, so the optimizer step is the one of the whole minibatch.
 
     Args:
         ro: the rollouts, G = g.group_size completions per prompt, groups contiguous.
@@ -47,6 +86,10 @@ def policy_update(model, opt, ro: Rollout, advantages: torch.Tensor, mask: torch
         mask: [N, T] completion tokens that count in the loss.
         g: the role's GRPO settings (group_size, clip, beta, loss_type, num_iterations, ...).
         ref_model: the frozen reference, needed when g.beta > 0.
+        micro_batch_size: sequences per forward and backward pass (None: the process's whole share).
+        tis_cap: the rollouts come from another engine (vLLM) whose log-probs are `ro.logp`: weight each
+            token's loss by min(pi_trainer / pi_sampler, tis_cap), pi_trainer at sampling time (the
+            old log-probs). Adds `is_weight_mean` and `is_capped_frac` to the stats.
 
     Returns:
         Mean over optimizer steps of loss, grad_norm, clip_ratio(/low, /high), kl; plus
@@ -57,28 +100,20 @@ def policy_update(model, opt, ro: Rollout, advantages: torch.Tensor, mask: torch
     active = set(contributing_groups(advantages, gs, g.beta).tolist())
     minibatches = [mb.tolist() for mb in torch.arange(n_prompts).chunk(g.num_minibatches)]
     trained = [torch.tensor([i for i in mb if i in active], dtype=torch.long) for mb in minibatches]
+    chunks = [micro_batches(my_share(t), gs, micro_batch_size) for t in trained]   # this process's micro-batches
     reuse = g.num_iterations > 1 or g.num_minibatches > 1
-
-    def no_grad_logp(m, groups):
-        if m is None or not len(groups):
-            return None
-        with torch.no_grad():
-            return _logprobs(m, ro, groups, g, bf16)[0]
-
-    old_logp = [no_grad_logp(model, t) if reuse else None for t in trained]
-    ref_logp = [no_grad_logp(ref_model, t) for t in trained]
+    old_logp = [_no_grad_logprobs(model, ro, c, g, bf16) if reuse else None for c in chunks]
+    ref_logp = [_no_grad_logprobs(ref_model, ro, c, g, bf16) for c in chunks]
     stats: dict[str, list[float]] = {}
     for _ in range(g.num_iterations):
-        for k, (mb, groups) in enumerate(zip(minibatches, trained)):
+        for k, mb in enumerate(minibatches):
             mb_rows = [i * gs + j for i in mb for j in range(gs)]
             zero_grads(model)
-            st = _backward(model, ro, advantages, mask, g, groups, mb_rows, old_logp[k] if reuse else None,
-                           ref_logp[k], bf16)
+            st = _backward(model, ro, advantages, mask, g, chunks[k], (len(mb_rows), int(mask[mb_rows].sum())),
+                           old_logp[k], ref_logp[k], bf16, tis_cap)
             st["grad_norm"] = optimizer_step(model, opt, max_grad_norm)
             for key, v in st.items():
                 stats.setdefault(key, []).append(v)
-    for key in ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl"):
-        stats.setdefault(key, [0.0])  # no group trained: nothing clipped, no KL measured
     out = {k: sum(v) / len(v) for k, v in stats.items()}
     out["frac_groups_trained"] = len(active) / max(n_prompts, 1)
     out["tokens_trained"] = sum(int(mask[i * gs:(i + 1) * gs].sum()) for i in active) * g.num_iterations
@@ -86,34 +121,63 @@ def policy_update(model, opt, ro: Rollout, advantages: torch.Tensor, mask: torch
     return out
 
 
-def _backward(model, ro: Rollout, advantages, mask, g: GrpoConfig, groups: torch.Tensor, mb_rows: list[int],
-              old_logp, ref_logp, bf16: bool) -> dict[str, float]:
-    """Add the GRPO loss of `groups` (a minibatch of rows `mb_rows`) to the gradients; its stats."""
-    if not len(groups):
-        return {"loss": 0.0}
-    logp, rows = _logprobs(model, ro, groups, g, bf16)                                      # [b*G, T]
-    loss, st = grpo_loss(
-        logp, logp.detach() if old_logp is None else old_logp, advantages[rows].to(logp.device),
-        mask[rows].to(logp.device), epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,
-        ref_logp=ref_logp, loss_type=g.loss_type, num_sequences=len(mb_rows),
-        num_tokens=int(mask[mb_rows].sum()), max_len=g.max_new_tokens)
-    loss.backward()
-    st["loss"] = loss.item()
-    return st
+_TOKEN_STATS = ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl")
+
+
+def _backward(model, ro: Rollout, advantages, mask, g: GrpoConfig, chunks: list[torch.Tensor],
+              normalisers: tuple[int, int], old_logp: list | None, ref_logp: list | None,
+              bf16: bool, tis_cap: float | None = None) -> dict[str, float]:
+    """Add the GRPO loss of this process's micro-batches `chunks` (group indices) of a minibatch to the
+    gradients. `normalisers` (sequences, tokens) are the whole minibatch's, so the parts' losses add up
+    to its loss. Returns the minibatch's loss and token-weighted stats, summed over processes."""
+    keys = _TOKEN_STATS + (("is_weight_mean", "is_capped_frac") if tis_cap else ())
+    sums = [0.0] * (len(keys) + 2)  # loss, then each stat times its tokens, then tokens
+    for c in range(_passes(model, chunks)):
+        real = c < len(chunks)  # else an empty pass of a sharded model: the collectives, no gradient
+        logp, rows = _logprobs(model, ro, chunks[c] if real else torch.tensor([0]), g, bf16)  # [b*G, T]
+        m = mask[rows].to(logp.device)
+        old = old_logp[c] if real and old_logp is not None else logp.detach()
+        weights = None
+        if tis_cap:
+            weights = truncated_importance_weights(old, ro.logp[rows].to(logp.device), m, tis_cap)
+        loss, st = grpo_loss(
+            logp, old, advantages[rows].to(logp.device), m,
+            epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,
+            ref_logp=None if ref_logp is None else ref_logp[c] if real else logp.detach(), loss_type=g.loss_type,
+            num_sequences=normalisers[0], num_tokens=normalisers[1], max_len=g.max_new_tokens, is_weights=weights)
+        # gradients are averaged over processes (optimizer_step, or FSDP2's reduce-scatter)
+        (loss * (dist.world() if real else 0.0)).backward()
+        if not real:
+            continue
+        if weights is not None:
+            st.update(importance_stats(weights, m, tis_cap))
+        tokens = float(m.sum())
+        sums[0] += loss.item()
+        for i, key in enumerate(keys):
+            sums[1 + i] += st[key] * tokens
+        sums[-1] += tokens
+    sums = dist.all_reduce_sum(sums)
+    tokens = max(sums[-1], 1.0)
+    return {"loss": sums[0], **{key: sums[1 + i] / tokens for i, key in enumerate(keys)}}
 
 
 def optimizer_step(model, opt, max_grad_norm: float) -> float:
-    """Clip the accumulated gradients and step; the gradient norm before clipping."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    """Average the accumulated gradients over processes (FSDP2 has averaged a sharded model's in its
+    backward pass), clip them and step; the norm before clipping."""
+    if dist.is_sharded(model):
+        model._cotrain_version += 1  # its plain copy for rollouts is stale
+    else:
+        dist.all_reduce_grads(model)
+    grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
     opt.step()
-    return grad_norm.item()
+    return float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
 
 
 def policy_backward(model, ro: Rollout, advantages: torch.Tensor, mask: torch.Tensor, g: GrpoConfig, *,
-                    bf16: bool = False, ref_model=None) -> dict[str, float]:
+                    bf16: bool = False, ref_model=None, micro_batch_size: int | None = None) -> dict[str, float]:
     """Add one role's GRPO loss (one pass, rho = 1) to `model`'s gradients without stepping: several
     roles of one model then share one optimizer step (`optimizer_step`). With g.beta > 0 the k3 KL to
-    `ref_model` is part of the loss.
+    `ref_model` is part of the loss. Split over processes and micro-batches as in `policy_update`.
 
     Returns:
         loss, clip_ratio, kl and `frac_groups_trained`, `tokens_trained`, `prompt_tokens_trained`.
@@ -121,13 +185,9 @@ def policy_backward(model, ro: Rollout, advantages: torch.Tensor, mask: torch.Te
     gs = g.group_size
     n_prompts = advantages.shape[0] // gs
     groups = contributing_groups(advantages, gs, g.beta)
-    ref_logp = None
-    if g.beta > 0 and len(groups):
-        with torch.no_grad():
-            ref_logp = _logprobs(ref_model, ro, groups, g, bf16)[0]
-    st = _backward(model, ro, advantages, mask, g, groups, list(range(n_prompts * gs)), None, ref_logp, bf16)
-    for key in ("clip_ratio", "clip_ratio/low", "clip_ratio/high", "kl"):
-        st.setdefault(key, 0.0)
+    chunks = micro_batches(my_share(groups), gs, micro_batch_size)
+    ref_logp = _no_grad_logprobs(ref_model, ro, chunks, g, bf16) if g.beta > 0 else None
+    st = _backward(model, ro, advantages, mask, g, chunks, (n_prompts * gs, int(mask.sum())), None, ref_logp, bf16)
     active = groups.tolist()
     st["frac_groups_trained"] = len(active) / max(n_prompts, 1)
     st["tokens_trained"] = sum(int(mask[i * gs:(i + 1) * gs].sum()) for i in active)
@@ -150,17 +210,32 @@ def sequence_logprobs(model, tokenizer, questions: list[str], texts: list[str], 
 
 
 def supervised_step(model, opt, prompts: list[list[int]], targets: list[list[int]], pad_id: int, *,
-                    max_grad_norm: float, bf16: bool = False) -> dict[str, float]:
-    """One SFT step: minimise the mean negative log-likelihood of the target tokens given the prompts."""
+                    max_grad_norm: float, bf16: bool = False, micro_batch_size: int | None = None) -> dict[str, float]:
+    """One SFT step: minimise the mean negative log-likelihood of the target tokens given the prompts.
+
+    The examples are split over torchrun processes and run in micro-batches of at most
+    `micro_batch_size`; each part's loss is divided by the whole batch's token count, so the
+    accumulated, process-averaged gradient is the whole batch's."""
     from cotrain.recipes.sft import right_pad
 
-    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
-    target_ids, target_mask = right_pad(targets, pad_id)
-    logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask, bf16=bf16)  # [N, T]
-    loss = -masked_mean(logp, target_mask.to(logp.device))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    opt.step()
-    return {"loss": loss.item(), "grad_norm": grad_norm.item(), "tokens_trained": int(target_mask.sum()),
-            "prompt_tokens_trained": int(prompt_mask.sum())}
+    total_tokens = sum(len(t) for t in targets)
+    mine = list(dist.shard(len(prompts)))
+    per = len(mine) if micro_batch_size is None else micro_batch_size
+    zero_grads(model)
+    loss_sum, prompt_tokens = 0.0, 0
+    chunks = [mine[i:i + per] for i in range(0, len(mine), max(per, 1))]
+    for c in range(_passes(model, chunks)):
+        real = c < len(chunks)  # else an empty pass of a sharded model: the collectives, no gradient
+        idx = chunks[c] if real else [0]
+        prompt_ids, prompt_mask = left_pad([prompts[j] for j in idx], pad_id)
+        target_ids, target_mask = right_pad([targets[j] for j in idx], pad_id)
+        logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask, bf16=bf16)  # [n, T]
+        loss = -(logp * target_mask.to(logp.device)).sum() / max(total_tokens, 1)
+        (loss * (dist.world() if real else 0.0)).backward()
+        if real:
+            loss_sum += loss.item()
+            prompt_tokens += int(prompt_mask.sum())
+    loss_sum, prompt_tokens = dist.all_reduce_sum([loss_sum, prompt_tokens])
+    grad_norm = optimizer_step(model, opt, max_grad_norm)
+    return {"loss": loss_sum, "grad_norm": grad_norm, "tokens_trained": total_tokens,
+            "prompt_tokens_trained": int(prompt_tokens)}

@@ -63,13 +63,13 @@ Run:  cotrain run configs/triad_smoke.yaml --out runs/triad
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import torch
 
+from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.models.build import load_model, save_model
+from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
 from cotrain.models.generate import generate
 from cotrain.models.prompts import (
     decode_completions,
@@ -100,6 +100,7 @@ from cotrain.roles import proposer as proposer_role
 from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
 from cotrain.runs.session import (
     Compute,
+    StepTimer,
     build_task,
     derive_seed,
     device,
@@ -139,11 +140,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     if sp.shared_model:
         proposer, ptok, judge, jtok = solver, tok, solver, tok
     else:
-        proposer, ptok = load_model(resolve_model_dir(sp.proposer_init)) if sp.proposer_init else initial_model(cfg)
+        if sp.proposer_init:
+            proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=cfg.model.dtype)
+            proposer = prepare_for_training(proposer, cfg.model, device())
+        else:
+            proposer, ptok = initial_model(cfg)
         judge, jtok = initial_verifier(cfg)
     models = list({id(m): m for m in (solver, proposer, judge)}.values())
     for m in models:
-        m.to(device()).train()
+        m.train()  # each on its model config's device: placed when built
     labelled, _ = training_pool(task, cfg, sp.seed_questions)
     seeds = [p.question for p in blind(labelled)]
     truth = {p.question: p for p in labelled}  # ground truth, for gt/* metrics only
@@ -168,8 +173,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # With one shared model, the proposer's warm-up changes the solver too: RL starts after it.
     start_dir = Path(run_dir) / "warmup" / "start"
     if (reliability and (rel.n_old or rel.solver_loss == "dpo")) or (not reliability and g.beta > 0):
-        older, _ = load_model(start_dir) if warmed and start_dir.is_dir() else initial_model(cfg)
-        older.to(device()).eval().requires_grad_(False)
+        older, _ = initial_model(cfg)
+        if warmed and start_dir.is_dir():
+            load_weights(older, start_dir)  # the shared model after the proposer's warm-up
+        older.eval().requires_grad_(False)
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
     state = session.state
     buffer: list[str] = list(state.get("buffer", seeds))
@@ -190,32 +197,31 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         metrics = warmup_proposer(cfg, proposer, ptok, seeds, compute)
         if sp.shared_model and older is not None:
             older.load_state_dict(solver.state_dict())
-            save_model(solver, tok, start_dir)
+            dist.on_main(save_model, solver, tok, start_dir)
         metrics.update(compute.metrics())
         save_state(0, force=True)
         session.logger.log(0, metrics)
 
     for step in range(session.start_step + 1, cfg.train.steps + 1):
-        t0 = time.time()
+        timer = StepTimer()
         rng = random.Random(derive_seed(cfg.seed, "questions", step))
         # -------------------------------------------------------------- proposer
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "propose", step))
+        sample_seed = derive_seed(cfg.seed, "propose", step)
         pro = generate(proposer, encode_proposer_prompts(ptok, [rng.choice(seeds)]), group_size=sp.proposals,
                        max_new_tokens=sp.question_max_new_tokens, eos_id=ptok.eos_token_id, pad_id=ptok.pad_token_id,
-                       temperature=sp.proposer_temperature, generator=gen, bf16=cfg.train.bf16)
+                       temperature=sp.proposer_temperature, seed=sample_seed, bf16=cfg.train.bf16)
         compute.add("prop", forward=rollout_tokens(pro)[0], generated=rollout_tokens(pro)[1])
+        timer.lap("propose", rollout_tokens(pro)[1])
         proposed = [proposer_role.parse(t, chat=chat) for t in decode_completions(ptok, pro.completion_ids,
                                                                                    pro.completion_mask)]
         checks = [check_question(task, q, sp.max_ops, sp.max_operand) for q in proposed]
         fresh = list(dict.fromkeys(q for q, (_, valid) in zip(proposed, checks) if valid))
         questions = fresh + [rng.choice(buffer) for _ in range(max(0, n_questions - len(fresh)))]
-        t_prop = time.time() - t0
 
         # -------------------------------------------------------------- solver and judge
-        t1 = time.time()
         round_ = _reliability_round if reliability else _triad_round
-        out = round_(cfg, task, truth_of, questions, len(fresh), solver, tok, judge, jtok, compute, step, older=older)
-        t_solve = time.time() - t1
+        out = round_(cfg, task, truth_of, questions, len(fresh), solver, tok, judge, jtok, compute, step, timer,
+                     older=older)
 
         # -------------------------------------------------------------- proposer reward
         per_question = out["per_question"]  # {question: solver score S, or reliability signals}
@@ -233,12 +239,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         buffer.extend(fresh)  # quality is validity here: every valid question passes the quality filter
         del buffer[:-sp.buffer_size]
 
+        timer.lap("reward")
+
         # -------------------------------------------------------------- one update per model
-        t2 = time.time()
+        trained_before = sum(t["trained"] for t in compute.tokens.values())
         for m in models:
             zero_grads(m)
         prop_st = policy_backward(proposer, pro, role_advantages(prop_rewards, ["prop"] * len(prop_rewards)),
-                                  pro.completion_mask, gp, bf16=cfg.train.bf16)
+                                  pro.completion_mask, gp, bf16=cfg.train.bf16,
+                                  micro_batch_size=cfg.train.micro_batch_size)
         compute.add("prop", trained=prop_st["tokens_trained"] + prop_st["prompt_tokens_trained"])
         stats = {"prop": prop_st, **out["update"]()}
         grad_norms = {}
@@ -246,7 +255,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             m_opt, m_sched = optimizers[id(m)]
             grad_norms[id(m)] = optimizer_step(m, m_opt, cfg.train.max_grad_norm)
             m_sched.step()
-        t_update = time.time() - t2
+        timer.lap("update", sum(t["trained"] for t in compute.tokens.values()) - trained_before)
 
         # -------------------------------------------------------------- log / eval / checkpoint
         sizes = [task.size(q) for q in proposed if q is not None] if hasattr(task, "size") else []
@@ -267,13 +276,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                if "tokens" not in k},
             **out["metrics"],
             "buffer/size": len(buffer),
-            "time/propose": t_prop, "time/solve_judge": t_solve, "time/update": t_update,
-            "time/step": time.time() - t0,
             **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, solver, tok, task))
             solver.train()
+            timer.lap("eval")
+        metrics.update(timer.metrics())
         if step % cfg.log.every == 0 or step == cfg.train.steps:
             session.logger.log(step, metrics)
         session.progress.update(step, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"],
@@ -289,14 +298,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
 
 def _judge(cfg: RunConfig, judge, jtok, questions: list[str], answers: list[str], compute: Compute, step: int,
-           tag: str):
+           tag: str, timer: StepTimer):
     """`judge_passes` sampled verifications of each answer; (rollout, parsed, scores [N, P])."""
     passes = cfg.selfplay.judge_passes
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, tag, step))
+    sample_seed = derive_seed(cfg.seed, tag, step)
     jro, _, parsed = verify(judge, jtok, questions, answers, group_size=passes, temperature=cfg.verifier.temperature,
-                            max_new_tokens=cfg.verifier.max_new_tokens, generator=gen, bf16=cfg.train.bf16)
+                            max_new_tokens=cfg.verifier.max_new_tokens, seed=sample_seed, bf16=cfg.train.bf16)
     forward, generated = rollout_tokens(jro)
     compute.add("judge", forward=forward, generated=generated)
+    timer.lap("verify", generated)
     scores = torch.tensor([[judge_score([x.final]) for x in parsed[i * passes:(i + 1) * passes]]
                            for i in range(len(answers))])                                # [N, P]
     return jro, parsed, scores
@@ -317,20 +327,21 @@ def _judge_agreement(parsed, passes: int, correct: list[bool | None]) -> float:
 
 
 def _triad_round(cfg: RunConfig, task, truth_of, questions: list[str], n_fresh: int, solver, tok, judge, jtok,
-                 compute: Compute, step: int, older=None) -> dict:
+                 compute: Compute, step: int, timer: StepTimer, older=None) -> dict:
     """Solve each question G times, judge every answer; the solver's and judge's losses, the
     proposer's per-question solver score, and the round's metrics."""
     sp, g = cfg.selfplay, cfg.grpo
     G = g.group_size
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "solve", step))
+    sample_seed = derive_seed(cfg.seed, "solve", step)
     sro = generate(solver, encode_generator_prompts(tok, questions), group_size=G, max_new_tokens=g.max_new_tokens,
                    eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=g.temperature, top_p=g.top_p,
-                   generator=gen, bf16=cfg.train.bf16)
+                   seed=sample_seed, bf16=cfg.train.bf16)
     forward, generated = rollout_tokens(sro)
     compute.add("gen", forward=forward, generated=generated)
     answers = decode_completions(tok, sro.completion_ids, sro.completion_mask)
+    timer.lap("gen", generated)
     asked = [q for q in questions for _ in range(G)]
-    jro, parsed, scores = _judge(cfg, judge, jtok, asked, answers, compute, step, "judge")
+    jro, parsed, scores = _judge(cfg, judge, jtok, asked, answers, compute, step, "judge", timer)
     J = scores.mean(dim=1)                                                                   # [N]
     fmt = [float(task.extract_answer(a) is not None) for a in answers]
     rewards = torch.tensor([mae_solver_reward(j, f) for j, f in zip(J.tolist(), fmt)])        # [N]
@@ -345,13 +356,15 @@ def _triad_round(cfg: RunConfig, task, truth_of, questions: list[str], n_fresh: 
             mask[sro.truncated] = 0
         adv = (role_advantages(rewards, ["gen"] * len(rewards)) if sp.solver_norm == "role"
                else group_advantages(rewards, G, "group"))
-        st = {"gen": policy_backward(solver, sro, adv, mask, g, bf16=cfg.train.bf16, ref_model=older)}
+        st = {"gen": policy_backward(solver, sro, adv, mask, g, bf16=cfg.train.bf16, ref_model=older,
+                                     micro_batch_size=cfg.train.micro_batch_size)}
         compute.add("gen", trained=st["gen"]["tokens_trained"] + st["gen"]["prompt_tokens_trained"])
         if sp.train_judge:
             gj = g.model_copy(update={"group_size": sp.judge_passes, "max_new_tokens": cfg.verifier.max_new_tokens,
                                       "temperature": cfg.verifier.temperature})
             st["judge"] = policy_backward(judge, jro, role_advantages(judge_rewards, ["judge"] * len(judge_rewards)),
-                                          jro.completion_mask, gj.model_copy(update={"beta": 0.0}), bf16=cfg.train.bf16)
+                                          jro.completion_mask, gj.model_copy(update={"beta": 0.0}), bf16=cfg.train.bf16,
+                                          micro_batch_size=cfg.train.micro_batch_size)
             compute.add("judge", trained=st["judge"]["tokens_trained"] + st["judge"]["prompt_tokens_trained"])
         return st
 
@@ -377,7 +390,7 @@ def _triad_round(cfg: RunConfig, task, truth_of, questions: list[str], n_fresh: 
 
 
 def _reliability_round(cfg: RunConfig, task, truth_of, questions: list[str], n_fresh: int, solver, tok, judge, jtok,
-                       compute: Compute, step: int, older=None) -> dict:
+                       compute: Compute, step: int, timer: StepTimer, older=None) -> dict:
     """Candidates from strong and weak regimes, judged pointwise over passes; each question's
     reliability signals, the solver's loss on the questions above the thresholds, and the metrics."""
     sp, g, rel = cfg.selfplay, cfg.grpo, cfg.reliability
@@ -389,22 +402,24 @@ def _reliability_round(cfg: RunConfig, task, truth_of, questions: list[str], n_f
     for r, (model, n, temperature, is_strong) in enumerate(regimes):
         if not n:
             continue
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "candidates", r, step))
+        sample_seed = derive_seed(cfg.seed, "candidates", r, step)
         ro = generate(model, prompts, group_size=n, max_new_tokens=g.max_new_tokens, eos_id=tok.eos_token_id,
-                      pad_id=tok.pad_token_id, temperature=temperature, generator=gen, bf16=cfg.train.bf16)
+                      pad_id=tok.pad_token_id, temperature=temperature, seed=sample_seed, bf16=cfg.train.bf16)
         compute.add("gen", forward=rollout_tokens(ro)[0])
         decoded = decode_completions(tok, ro.completion_ids, ro.completion_mask)
+        timer.lap("gen", rollout_tokens(ro)[1])
         for i in range(len(questions)):
             texts[i] += decoded[i * n:(i + 1) * n]
         strong += [is_strong] * n
     if rel.n_best_of:  # best-of-N by self-consistency: per block of N samples, one with the majority answer
         N = rel.best_of
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "best-of", step))
+        sample_seed = derive_seed(cfg.seed, "best-of", step)
         ro = generate(solver, prompts, group_size=rel.n_best_of * N, max_new_tokens=g.max_new_tokens,
-                      eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.0, generator=gen,
+                      eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.0, seed=sample_seed,
                       bf16=cfg.train.bf16)
         compute.add("gen", forward=rollout_tokens(ro)[0])
         decoded = decode_completions(tok, ro.completion_ids, ro.completion_mask)
+        timer.lap("gen", rollout_tokens(ro)[1])
         answers = [task.extract_answer(t) for t in decoded]
         majorities, _ = majority_vote(answers, N)
         for b, majority in enumerate(majorities):
@@ -415,7 +430,7 @@ def _reliability_round(cfg: RunConfig, task, truth_of, questions: list[str], n_f
     C, P = len(strong), sp.judge_passes
     asked = [q for q in questions for _ in range(C)]
     answers = [t for row in texts for t in row]
-    _, parsed, scores = _judge(cfg, judge, jtok, asked, answers, compute, step, "judge")    # scores [B*C, P]
+    _, parsed, scores = _judge(cfg, judge, jtok, asked, answers, compute, step, "judge", timer)  # scores [B*C, P]
     scores = scores.view(len(questions), C, P)
     strong_t = torch.tensor(strong)
     signals = [reliability_signals(scores[i], strong_t) for i in range(len(questions))]
@@ -504,7 +519,8 @@ def warmup_proposer(cfg: RunConfig, proposer, ptok, seeds: list[str], compute: C
         examples = [rng.choice(seeds) for _ in batch]
         st = supervised_step(proposer, opt, encode_proposer_prompts(ptok, examples),
                              [encode_completion(ptok, q) for q in batch], ptok.pad_token_id,
-                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16)
+                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
+                             micro_batch_size=cfg.train.micro_batch_size)
         sched.step()
         compute.add("prop", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
         losses.append(st["loss"])

@@ -15,8 +15,6 @@ Run:  cotrain run configs/sft.yaml --out runs/sft
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from cotrain.config import RunConfig
@@ -25,8 +23,8 @@ from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.recipes.policy import supervised_step
 from cotrain.runs.session import (
+    StepTimer,
     build_task,
-    device,
     eval_during_training,
     eval_kwargs,
     finish,
@@ -55,7 +53,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg)
     model, tokenizer = initial_model(cfg)
-    model.to(device()).train()
+    model.train()  # on model.device: initial_model placed it
     n_val = cfg.eval.n_during if cfg.train.stop_at_acc else 0
     pool, val = training_pool(task, cfg, cfg.train.n_problems, n_val)
     pool = [p for p in pool if p.solution]
@@ -71,16 +69,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         if session.stopped:  # resumed after the stopping rule fired: nothing left to train
             step -= 1
             break
-        t0 = time.time()
+        timer = StepTimer()
         batch = sample_batch(pool, cfg.train.batch_size, cfg.seed, step)
         st = supervised_step(model, opt, encode_generator_prompts(tokenizer, [p.question for p in batch]),
                              [encode_completion(tokenizer, p.solution) for p in batch], tokenizer.pad_token_id,
-                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16)
+                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
+                             micro_batch_size=cfg.train.micro_batch_size)
         sched.step()
+        timer.lap("update", st["tokens_trained"] + st["prompt_tokens_trained"])
 
         # -------------------------------------------------------------- log / eval / checkpoint
         metrics = {"gen/loss": st["loss"], "gen/grad_norm": st["grad_norm"], "gen/lr": sched.get_last_lr()[0],
-                   "tokens/gen_train": st["tokens_trained"], "time/step": time.time() - t0}
+                   "tokens/gen_train": st["tokens_trained"]}
         stop = False
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
@@ -91,6 +91,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                 metrics["eval/val/pass@1"] = val_acc
                 stop = val_acc >= cfg.train.stop_at_acc
             model.train()
+            timer.lap("eval")
+        metrics.update(timer.metrics())
         if step % cfg.log.every == 0 or step == cfg.train.steps or stop:
             session.logger.log(step, metrics)
         session.progress.update(step, {"loss": metrics["gen/loss"],

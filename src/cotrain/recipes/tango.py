@@ -53,16 +53,16 @@ Run:  cotrain run configs/tango_smoke.yaml --out runs/tango
 """
 from __future__ import annotations
 
-import copy
 import random
 import time
 
 import torch
 
+from cotrain import dist
 from cotrain.config import RunConfig
 from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, injected_error_set
 from cotrain.eval.verifier_metrics import verdict_metrics
-from cotrain.models.build import build_model, load_model, save_model
+from cotrain.models.build import build_model, load_model, prepare_for_training, reference_model, save_model
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
 from cotrain.models.verify import encode_verifier_prompts, step_ends, verify
@@ -82,6 +82,8 @@ from cotrain.roles.verifier import reference_verification, split_steps
 from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
 from cotrain.runs.session import (
     Compute,
+    Sampler,
+    StepTimer,
     build_task,
     derive_seed,
     device,
@@ -94,6 +96,7 @@ from cotrain.runs.session import (
     open_session,
     rollout_tokens,
     sample_batch,
+    shard_if_asked,
     training_pool,
 )
 from cotrain.tasks.base import blind
@@ -102,13 +105,18 @@ ROLES = ("gen", "ver")
 
 
 def initial_verifier(cfg: RunConfig):
-    """The verifier a run starts from: `verifier.model` (from scratch), `verifier.init`, or the run's start."""
+    """The verifier a run starts from: `verifier.model` (from scratch), `verifier.init`, or the run's start;
+    with the memory options of `verifier.model` (else of `model`), on `verifier.device` when set."""
     v = cfg.verifier
+    mcfg = v.model or cfg.model
     if v.model is not None:
-        return build_model(v.model, seed=derive_seed(cfg.seed, "verifier"))
-    if v.init or cfg.init:
-        return load_model(resolve_model_dir(v.init or cfg.init))
-    return build_model(cfg.model, seed=derive_seed(cfg.seed, "verifier"))
+        verifier, vtok = build_model(v.model, seed=derive_seed(cfg.seed, "verifier"))
+    elif v.init or cfg.init:
+        verifier, vtok = load_model(resolve_model_dir(v.init or cfg.init), dtype=mcfg.dtype)
+    else:
+        verifier, vtok = build_model(cfg.model, seed=derive_seed(cfg.seed, "verifier"))
+    mcfg = mcfg.model_copy(update={"device": v.device}) if v.device else mcfg
+    return shard_if_asked(prepare_for_training(verifier, mcfg, device()), cfg), vtok
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
@@ -120,10 +128,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     task = build_task(cfg)
     model, tokenizer = initial_model(cfg)
     verifier, vtok = initial_verifier(cfg)
-    model.to(device()).train()
-    verifier.to(device()).train()
-    # The generator's frozen reference is its start; none is built when beta == 0.
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if g.beta > 0 else None
+    model.train()  # each on its model config's device: initial_model and initial_verifier placed them
+    verifier.train()
+    # The generator's frozen reference is its start (with LoRA: its base, adapters off); none when beta == 0.
+    ref_model = reference_model(model) if g.beta > 0 else None
     labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
     pool = blind(labelled_pool) if label_free else labelled_pool
     truth = {p.question: p for p in labelled_pool}  # ground truth of the training problems, for gt/* metrics only
@@ -170,10 +178,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         nonlocal ema, ver_step
         ver_step += 1
         prompt_problems = sample_batch(pool, max(1, v.solutions // per_prompt), derive_seed(cfg.seed, "verifier"), ver_step)
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "verifier-rollout", ver_step))
+        sample_seed = derive_seed(cfg.seed, "verifier-rollout", ver_step)
         sro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in prompt_problems]),
                        group_size=per_prompt, max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id,
-                       pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p, generator=gen,
+                       pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p, seed=sample_seed,
                        bf16=cfg.train.bf16)
         compute.add("gen", forward=rollout_tokens(sro)[0])  # these samples train no one: not "generated"
         solutions = decode_completions(tokenizer, sro.completion_ids, sro.completion_mask)
@@ -186,8 +194,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         pseudo_truth = truth_of(solutions, problems) if label_free else []  # ground truth: metrics only
         correct = [labels[i] for i in keep]
         vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], solutions, group_size=v.group_size,
-                                temperature=v.temperature, max_new_tokens=v.max_new_tokens, generator=gen,
-                                bf16=cfg.train.bf16)
+                                temperature=v.temperature, max_new_tokens=v.max_new_tokens,
+                                seed=derive_seed(cfg.seed, "verifier-verify", ver_step), bf16=cfg.train.bf16)
         forward, generated = rollout_tokens(vro)
         labels = [c for c in correct for _ in range(v.group_size)]                       # [S*Gv]
         rewards = verifier_rewards([x.final for x in parsed], labels, [x.format for x in parsed], v.w_format,
@@ -197,7 +205,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             weights, ema = class_weights(correct, ema, v.class_decay)                     # [S]
             advantages = advantages * weights.repeat_interleave(v.group_size)
         st = policy_update(verifier, vopt, vro, advantages, vro.completion_mask, vg, max_grad_norm=cfg.train.max_grad_norm,
-                           bf16=cfg.train.bf16)
+                           bf16=cfg.train.bf16, micro_batch_size=cfg.train.micro_batch_size)
         vsched.step()
         compute.add("ver", forward=forward, generated=generated,
                     trained=st["tokens_trained"] + st["prompt_tokens_trained"])
@@ -228,7 +236,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             metrics[key] = sum(m[key] for m in ver_rl) / len(ver_rl)
         if ver_rl:
             metrics.update({f"{k}_after_rl": x for k, x in eval_verifier().items()})
-        save_model(verifier, vtok, session.run_dir / "warmup" / "verifier")   # kept for the final comparison
+        # kept for the final comparison
+        dist.on_main(save_model, dist.plain_copy(verifier), vtok, session.run_dir / "warmup" / "verifier")
         metrics.update(compute.metrics())
         metrics["time/warmup"] = time.time() - t0
         # checkpoint first: a run killed in between resumes after the warm-up without its row, never
@@ -237,36 +246,36 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                          extra={"compute": compute.tokens, "class_ema": ema, "ver_step": ver_step})
         session.logger.log(0, metrics)
 
+    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
-        t0 = time.time()
+        timer = StepTimer()
         # -------------------------------------------------------------- generator rollout
         prompt_problems = sample_batch(pool, n_prompts, cfg.seed, step)                # [B]
         problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
         prompts = encode_generator_prompts(tokenizer, [p.question for p in prompt_problems])
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "rollout", step))
-        ro = generate(model, prompts, group_size=g.group_size, max_new_tokens=g.max_new_tokens,
-                      eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
-                      top_p=g.top_p, generator=gen, bf16=cfg.train.bf16)
+        sample_seed = derive_seed(cfg.seed, "rollout", step)
+        ro = sampler(model, prompts, group_size=g.group_size, max_new_tokens=g.max_new_tokens,
+                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
+                     top_p=g.top_p, seed=sample_seed, bf16=cfg.train.bf16)
         texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         forward, generated = rollout_tokens(ro)
         compute.add("gen", forward=forward, generated=generated)
-        t_gen = time.time() - t0
+        timer.lap("gen", generated)
 
         # -------------------------------------------------------------- verification of every sample
-        t1 = time.time()
         # Greedy verification of a repeated (question, solution) pair gives the same verdicts, so each
         # distinct pair is verified once (a group often repeats its correct solutions).
-        vgen = torch.Generator().manual_seed(derive_seed(cfg.seed, "verify", step))
+        verify_seed = derive_seed(cfg.seed, "verify", step)
         pairs = [(p.question, t) for p, t in zip(problems, texts)]
         distinct = list(dict.fromkeys(pairs)) if v.greedy_verdicts else pairs
         vro, _, parsed_distinct = verify(verifier, vtok, [q for q, _ in distinct], [t for _, t in distinct],
                                          greedy=v.greedy_verdicts, temperature=v.temperature,
-                                         max_new_tokens=v.max_new_tokens, generator=vgen, bf16=cfg.train.bf16)
+                                         max_new_tokens=v.max_new_tokens, seed=verify_seed, bf16=cfg.train.bf16)
         index = {pair: i for i, pair in enumerate(distinct)}
         parsed = [parsed_distinct[index[pair]] for pair in pairs] if v.greedy_verdicts else parsed_distinct
-        forward, _ = rollout_tokens(vro)
+        forward, verified = rollout_tokens(vro)
         compute.add("ver", forward=forward)
-        t_verify = time.time() - t1
+        timer.lap("verify", verified)
 
         # -------------------------------------------------------------- rewards and advantages
         labels = labels_of(texts, problems, g.group_size)
@@ -285,21 +294,24 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         mask = ro.completion_mask.clone()                                                  # [B*G, T]
         if g.mask_truncated:
             mask[ro.truncated] = 0
+        timer.lap("reward")
 
         # -------------------------------------------------------------- generator update
-        t2 = time.time()
+        sampler.before_update()
         st = policy_update(model, opt, ro, advantages, mask, g, max_grad_norm=cfg.train.max_grad_norm,
-                           bf16=cfg.train.bf16, ref_model=ref_model)
+                           bf16=cfg.train.bf16, ref_model=ref_model, micro_batch_size=cfg.train.micro_batch_size,
+                           tis_cap=sampler.tis_cap)
         sched.step()
-        compute.add("gen", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
-        t_update = time.time() - t2
+        sampler.after_update(model)
+        trained = st["tokens_trained"] + st["prompt_tokens_trained"]
+        compute.add("gen", trained=trained)
+        timer.lap("update", trained)
 
         # -------------------------------------------------------------- verifier steps
-        t3 = time.time()
         ver_metrics: list[dict] = []
         if not frozen and step % tg.gen_steps == 0:
             ver_metrics = [verifier_step() for _ in range(tg.ver_steps)]
-        t_ver_update = time.time() - t3
+            timer.lap("ver_update")
 
         # -------------------------------------------------------------- log / eval / checkpoint
         correct = truth_of(texts, problems) if label_free else labels
@@ -339,8 +351,6 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "cotrain/distinct_verified": len(distinct) / len(pairs),
             "tokens/gen_generated": generated,
             "tokens/gen_trained": st["tokens_trained"],
-            "time/gen": t_gen, "time/verify": t_verify, "time/update": t_update, "time/ver_update": t_ver_update,
-            "time/step": time.time() - t0,
         }
         for key in dict.fromkeys(k for m in ver_metrics for k in m):
             values = [m[key] for m in ver_metrics if key in m]
@@ -350,6 +360,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
             metrics.update(eval_verifier())
             model.train()
+            timer.lap("eval")
+        metrics.update(timer.metrics())
         if step % cfg.log.every == 0 or step == cfg.train.steps:
             session.logger.log(step, metrics)
         session.progress.update(step, {"reward": metrics["gen/reward"],
@@ -360,7 +372,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ final evaluation
     warm, wtok = load_model(session.run_dir / "warmup" / "verifier")
-    warm.to(device()).eval()
+    warm.to(next(verifier.parameters()).device).eval()
     verifier.eval()
     results = {}
     split = cfg.eval.splits[0]
@@ -402,13 +414,13 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
             wrong = [first] + [i for i in range(len(p.steps)) if i != first and rng.random() < v.warmup_error_rate]
             pairs.append((p, task.corrupt(p, wrong, rng)[1]))
     sampled = problems[n_corrupt:]
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "warmup-samples"))
     model.eval()
     for i in range(0, len(sampled), cfg.eval.batch_size):
         chunk = sampled[i:i + cfg.eval.batch_size]
         ro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in chunk]),
                       max_new_tokens=cfg.grpo.max_new_tokens, eos_id=tokenizer.eos_token_id,
-                      pad_id=tokenizer.pad_token_id, temperature=1.0, generator=gen, bf16=cfg.train.bf16)
+                      pad_id=tokenizer.pad_token_id, temperature=1.0, seed=derive_seed(cfg.seed, "warmup-samples", i),
+                      bf16=cfg.train.bf16)
         compute.add("gen", forward=rollout_tokens(ro)[0])
         pairs += zip(chunk, decode_completions(tokenizer, ro.completion_ids, ro.completion_mask))
     model.train()
@@ -432,7 +444,8 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
         idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size)]
         prompts = encode_verifier_prompts(vtok, [pairs[i][0].question for i in idx], [pairs[i][1] for i in idx])
         st = supervised_step(verifier, opt, prompts, [encode_completion(vtok, targets[i]) for i in idx],
-                             vtok.pad_token_id, max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16)
+                             vtok.pad_token_id, max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
+                             micro_batch_size=cfg.train.micro_batch_size)
         sched.step()
         compute.add("ver", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
         losses.append(st["loss"])

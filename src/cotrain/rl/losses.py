@@ -98,11 +98,13 @@ def grpo_loss(
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_len: int | None = None,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level PPO-clip loss with an optional k3 KL penalty.
 
-    l_t = -min(rho_t * A, clip(rho_t, 1 - eps, 1 + eps_high) * A) + beta * KL_t,
-    rho_t = exp(logp - old_logp).
+    l_t = -w_t * min(rho_t * A, clip(rho_t, 1 - eps, 1 + eps_high) * A) + beta * KL_t,
+    rho_t = exp(logp - old_logp), w_t = 1 or the truncated importance weights of a sampler that is
+    not the trainer (`truncated_importance_weights`).
 
     Args:
         logp, old_logp: [N, T] log-probs of the taken tokens under the current and the sampling policy.
@@ -111,6 +113,7 @@ def grpo_loss(
         ref_logp: [N, T] under the frozen reference; required when beta > 0.
         num_sequences, num_tokens, max_len: normalisers of the whole batch when these rows are a
             subset of it (see `aggregate`).
+        is_weights: [N, T] constant weights of the policy-gradient term (None: 1).
     Returns:
         (loss, stats) with stats kl, clip_ratio (low, high, region) as floats.
     """
@@ -119,6 +122,8 @@ def grpo_loss(
     ratio = torch.exp(logp - old_logp)                                      # [N, T]
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)                      # [N, T]
+    if is_weights is not None:
+        per_token = per_token * is_weights
     kl = None
     if beta > 0:
         assert ref_logp is not None, "beta > 0 needs ref_logp"
@@ -135,3 +140,40 @@ def grpo_loss(
             "kl": masked_mean(kl, mask).item() if kl is not None else 0.0,
         }
     return loss, stats
+
+
+def truncated_importance_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                                 cap: float) -> torch.Tensor:
+    """Truncated importance sampling (TIS) weights that correct for the sampler/trainer mismatch.
+
+    w_t = min(exp(trainer_logp_t - sampler_logp_t), cap), and 0 where mask == 0.
+
+    A fast rollout engine (vLLM) samples from a distribution that differs slightly from the
+    trainer's, even with identical weights (other kernels, bf16, ...), so a nominally on-policy
+    batch is off-policy. Multiplying each token's policy-gradient loss by w_t reweights it to the
+    trainer's distribution; the cap bounds the variance (Yao et al. 2025, "Your efficient RL
+    framework secretly brings you off-policy RL training"). Capping is per token, as in that paper
+    and TRL's `vllm_importance_sampling_mode="token_truncate"` (TRL can also weight whole
+    sequences by exp of the summed log-ratio; that is not done here).
+
+    Args:
+        trainer_logp: [N, T] log-probs of the sampled tokens under the trainer's policy at sampling
+            time (the old policy, computed by the trainer).
+        sampler_logp: [N, T] log-probs of the same tokens reported by the sampler (`Rollout.logp`).
+        mask: [N, T] 1 on completion tokens that count.
+        cap: upper bound C of the weights (TRL's default is 3).
+    Returns:
+        weights [N, T], detached (a constant factor of the loss, not differentiated).
+    """
+    keep = mask.bool()
+    log_ratio = torch.where(keep, trainer_logp.detach() - sampler_logp.detach(), 0.0)  # 0 on padding: no overflow
+    return torch.where(keep, log_ratio.exp().clamp(max=cap), 0.0)                     # [N, T]
+
+
+def importance_stats(weights: torch.Tensor, mask: torch.Tensor, cap: float) -> dict[str, float]:
+    """Metrics of TIS weights [N, T] over the tokens of `mask`: `is_weight_mean`, the mean weight, and
+    `is_capped_frac`, the share of tokens whose weight is at the cap."""
+    return {
+        "is_weight_mean": masked_mean(weights, mask).item(),
+        "is_capped_frac": masked_mean((weights >= cap).float(), mask).item(),
+    }

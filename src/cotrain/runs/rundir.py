@@ -122,6 +122,16 @@ class MetricsLogger:
         self.tb.close()
 
 
+class NullLogger:
+    """The logger of a torchrun process other than rank 0: rank 0 alone writes metrics."""
+
+    def log(self, step: int, metrics: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 # ---------------------------------------------------------------- checkpoints
 
 
@@ -174,9 +184,15 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 def load_checkpoint_state(ckpt: Path, roles: dict) -> dict:
     """Restore optimizer and scheduler of each role (weights are loaded by the caller) and the RNG."""
-    for role, (_, _, optimizer, scheduler) in roles.items():
+    from cotrain import dist
+
+    for role, (model, _, optimizer, scheduler) in roles.items():
         state = torch.load(ckpt / role / "optim.pt", weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
+        if dist.is_sharded(model):  # saved whole, keyed by parameter name: each process takes its shard
+            if state["optimizer"]["state"]:  # else saved before the first step: the fresh optimizer is it
+                dist.load_full_optimizer_state(model, optimizer, state["optimizer"])
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
     state = torch.load(ckpt / "state.pt", weights_only=False)
     set_rng_state(state["rng"])

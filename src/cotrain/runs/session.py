@@ -6,6 +6,7 @@ import hashlib
 import math
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,12 +14,15 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from cotrain import dist
 from cotrain.config import RunConfig, TrainConfig
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import evaluate_generator, evaluate_split
-from cotrain.models.build import build_model, load_model
+from cotrain.models.build import build_model, load_model, load_weights, prepare_for_training
+from cotrain.models.generate import concat_rollouts, generate
 from cotrain.runs.rundir import (
     MetricsLogger,
+    NullLogger,
     Progress,
     list_checkpoints,
     load_checkpoint_state,
@@ -44,7 +48,8 @@ def derive_seed(*parts: int | str) -> int:
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, total_steps: int):
     """AdamW with linear warm-up, then constant, cosine or linear decay (stepped once per step)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]  # with LoRA: the adapters alone
+    opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
 
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
@@ -60,10 +65,18 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, total_steps: int):
 
 
 def initial_model(cfg: RunConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The model a run starts from: `init` (a run, checkpoint or model dir) or the model config."""
+    """The model a run starts from: `init` (a run, checkpoint or model dir) or the model config, with
+    the memory options of `model` applied (dtype, device, gradient checkpointing, LoRA)."""
     if cfg.init:
-        return load_model(resolve_model_dir(cfg.init))
-    return build_model(cfg.model, seed=cfg.seed)
+        model, tokenizer = load_model(resolve_model_dir(cfg.init), dtype=cfg.model.dtype)
+    else:
+        model, tokenizer = build_model(cfg.model, seed=cfg.seed)
+    return shard_if_asked(prepare_for_training(model, cfg.model, device()), cfg), tokenizer
+
+
+def shard_if_asked(model, cfg: RunConfig):
+    """`model` sharded with FSDP2 when `train.fsdp` is set and the run has several processes."""
+    return dist.shard_model(model) if cfg.train.fsdp and dist.world() > 1 else model
 
 
 def build_task(cfg: RunConfig) -> Task:
@@ -104,19 +117,20 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
     Args:
         roles: {role: (model, tokenizer, optimizer, scheduler)}; model weights are reloaded in place.
     """
-    run_dir = prepare_run_dir(run_dir, resume=resume)
-    write_config(run_dir, cfg.to_dict())
+    dist.on_main(prepare_run_dir, run_dir, resume=resume)
+    run_dir = Path(run_dir)
+    dist.on_main(write_config, run_dir, cfg.to_dict())
     start, stopped, state = 0, False, {}
     ckpts = list_checkpoints(run_dir) if resume else []
     if ckpts:
         ckpt = ckpts[-1]
         for role, (model, _, _, _) in roles.items():
-            saved, _ = load_model(ckpt / role)
-            model.load_state_dict(saved.state_dict())
+            load_weights(model, ckpt / role)
         state = load_checkpoint_state(ckpt, roles)
         start, stopped = state["step"], state.get("stopped", False)
-    logger = MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None)
-    progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress, desc=desc)
+    logger = (MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None) if dist.is_main()
+              else NullLogger())
+    progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress and dist.is_main(), desc=desc)
     return Session(run_dir, logger, progress, start, stopped, state)
 
 
@@ -125,7 +139,32 @@ def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict, s
     """Checkpoint every `checkpoint.every` steps, at the last step, when a stopping rule fires, or when
     forced; `extra` is recipe state restored on resume as `session.state`."""
     if force or stop or step == cfg.train.steps or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
-        save_checkpoint(session.run_dir, step, roles, {"stopped": stop, **(extra or {})}, cfg.checkpoint.keep_last)
+        dist.on_main(save_checkpoint, session.run_dir, step, savable(roles), {"stopped": stop, **(extra or {})},
+                     cfg.checkpoint.keep_last)
+
+
+class _GatheredOptimizer:
+    """The whole optimizer state of a sharded model, gathered to be saved."""
+
+    def __init__(self, state: dict):
+        self.state = state
+
+    def state_dict(self) -> dict:
+        return self.state
+
+
+def savable(roles: dict) -> dict:
+    """`roles` with each model sharded by FSDP2 replaced by its plain copy and its optimizer by its
+    gathered state (collectives: every process calls it)."""
+    out = {}
+    for role, (model, tok, opt, sched) in roles.items():
+        if dist.is_sharded(model):
+            # before the first step there is no state to gather (gathering would initialise AdamW's
+            # moments with a zero step, which counts in its bias correction)
+            opt = _GatheredOptimizer(dist.full_optimizer_state(model, opt) if opt.state else opt.state_dict())
+            model = dist.plain_copy(model)
+        out[role] = (model, tok, opt, sched)
+    return out
 
 
 def flops_estimate(n_params: int, forward_tokens: int, trained_tokens: int) -> float:
@@ -165,6 +204,84 @@ class Compute:
             {"total": {"flops": sum(self.flops(r) for r in self.n_params)}}
 
 
+class StepTimer:
+    """Where a step's wall time goes. `lap(phase, tokens)` adds the time since the previous lap (or the
+    start) to the phase, and the tokens it generated or trained; `time/sync` is the part of the step
+    spent in collectives (inside the phases that ran them).
+
+    Phases, each one role's work: gen (the generator's or solver's rollouts), verify (a verifier or
+    judge generating verdicts), propose (the proposer's questions), reward (grading, rewards,
+    advantages), update (backward passes and optimizer steps; tokens trained, prompts included),
+    ver_update (a verifier's own RL step: its rollouts and update), eval.
+    """
+
+    def __init__(self):
+        self.start = self.mark = time.perf_counter()
+        self.sync_start = dist.sync_seconds()
+        self.seconds: dict[str, float] = {}
+        self.tokens: dict[str, int] = {}
+
+    def lap(self, phase: str, tokens: int = 0) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.mark
+        self.tokens[phase] = self.tokens.get(phase, 0) + tokens
+        self.mark = now
+
+    def metrics(self) -> dict[str, float]:
+        """time/<phase>, time/sync, time/step, and throughput/<phase>_tokens_per_s of each phase with tokens."""
+        out = {f"time/{k}": v for k, v in self.seconds.items()}
+        out["time/sync"] = dist.sync_seconds() - self.sync_start
+        out["time/step"] = time.perf_counter() - self.start
+        out.update({f"throughput/{k}_tokens_per_s": n / self.seconds[k] for k, n in self.tokens.items()
+                    if n and self.seconds[k] > 0})
+        return out
+
+
+class Sampler:
+    """The generator's rollouts (`rollout.engine`): transformers' `generate`, or a vLLM engine on the
+    trainer's GPU whose weights follow the trainer's after every update.
+
+    With vLLM the prompts are split by rank as `generate` splits them, and `tis_cap` tells the update
+    to correct for the sampler/trainer mismatch (truncated importance sampling).
+    """
+
+    def __init__(self, cfg: RunConfig, model, tokenizer, run_dir: Path):
+        self.engine, self.tis_cap, self.pad_id = None, None, tokenizer.pad_token_id
+        r = cfg.rollout
+        if r.engine != "vllm":
+            return
+        from cotrain.models.build import save_model
+        from cotrain.models.vllm_engine import VllmEngine
+
+        path = cfg.model.path or (str(resolve_model_dir(cfg.init)) if cfg.init else None)
+        if path is None:  # a preset built in this run: vLLM reads the architecture from a directory
+            path = run_dir / "rollout_model"
+            dist.on_main(save_model, model, tokenizer, path)
+        self.engine = VllmEngine(str(path), gpu_memory_utilization=r.gpu_memory_utilization,
+                                 max_model_len=r.max_model_len, seed=cfg.seed, enable_sleep_mode=r.sleep,
+                                 dtype="auto" if cfg.model.dtype == "float32" else cfg.model.dtype)
+        self.engine.sync_weights(model)  # a resumed or warmed-up start differs from the directory
+        self.tis_cap = r.tis_cap
+
+    def __call__(self, model, prompts: list[list[int]], *, seed: int, bf16: bool = False, **kwargs):
+        """`generate(model, prompts, seed=seed, bf16=bf16, **kwargs)`, on the configured engine."""
+        if self.engine is None:
+            return generate(model, prompts, seed=seed, bf16=bf16, **kwargs)
+        mine = dist.shard(len(prompts))
+        local = self.engine.generate([prompts[i] for i in mine], seed=derive_seed(seed, mine.start), **kwargs)
+        return concat_rollouts(dist.gather_objects(local), self.pad_id)
+
+    def before_update(self) -> None:
+        if self.engine is not None:
+            self.engine.sleep()
+
+    def after_update(self, model) -> None:
+        """Wake the engine and push the trainer's new weights into it."""
+        if self.engine is not None:
+            self.engine.wake_up()
+            self.engine.sync_weights(model)
+
+
 def rollout_tokens(ro) -> tuple[int, int]:
     """(tokens run forward, tokens generated) of a rollout: each prompt's prefill once per group, plus samples."""
     generated = int(ro.completion_mask.sum())
@@ -193,17 +310,9 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
         other_models: {role: (model, tokenizer)} saved beside the generator in `final/`.
         other_results: more eval.json entries ({role: {split: {metric: value}}}), evaluated by the recipe.
     """
-    from cotrain.models.build import save_model
-
     session.progress.close()
-    # written beside and renamed into place: a run dir's `final/` is what `init:` and `cotrain eval` load
-    final, tmp = session.run_dir / "final", session.run_dir / ".tmp_final"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_model(model, tokenizer, tmp / "generator")
-    for role, (m, tok) in (other_models or {}).items():
-        save_model(m, tok, tmp / role)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    others = {role: (dist.plain_copy(m), tok) for role, (m, tok) in (other_models or {}).items()}
+    dist.on_main(_save_final, session.run_dir, dist.plain_copy(model), tokenizer, others)
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
                                                **eval_kwargs(cfg))}
     results.update(other_results or {})
@@ -212,10 +321,25 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
                 for split, m in splits.items() for k, v in m.items()})
     session.logger.log(step, row)
     session.logger.close()
-    write_json_atomic(session.run_dir / "eval.json", results)
-    try:
-        from cotrain.analysis.plot import plot_runs
-        plot_runs([session.run_dir])
-    except Exception as err:  # a plot must never cost a finished run
-        print(f"warning: plotting failed: {err}")
+    dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
+    if dist.is_main():
+        try:
+            from cotrain.analysis.plot import plot_runs
+            plot_runs([session.run_dir])
+        except Exception as err:  # a plot must never cost a finished run
+            print(f"warning: plotting failed: {err}")
     return results
+
+
+def _save_final(run_dir: Path, model, tokenizer, other_models: dict) -> None:
+    """`final/`: written beside and renamed into place (a run dir's `final/` is what `init:` and
+    `cotrain eval` load)."""
+    from cotrain.models.build import save_model
+
+    final, tmp = run_dir / "final", run_dir / ".tmp_final"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model(model, tokenizer, tmp / "generator")
+    for role, (m, tok) in other_models.items():
+        save_model(m, tok, tmp / role)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)

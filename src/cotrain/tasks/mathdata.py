@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from cotrain.errors import UserError
@@ -70,13 +71,19 @@ def last_number(text: str) -> str | None:
 def extract_gsm8k_answer(completion: str) -> str | None:
     """A GSM8K completion's final answer, or None. Never raises.
 
-    In order: the first number after the last `####`; else the content of the last `\\boxed{}`;
-    else the last number of the text.
+    In order: after the last `####`, the first number, unless the rest of that line is LaTeX (holds a
+    backslash or a brace: "#### \\frac{1}{2}", "#### \\boxed{18}"), which is read like a MATH answer
+    line; else the content of the last `\\boxed{}`; else the last number of the text.
     """
     if not isinstance(completion, str):
         return None
     mark = completion.rfind("####")
     if mark != -1:
+        line = completion[mark + 4:].split("\n", 1)[0]
+        if "\\" in line or "{" in line:
+            answer = last_boxed(line) or _answer_line(line)
+            if answer:
+                return answer
         match = _NUMBER.search(completion, mark + 4)
         if match:
             return _clean_number(match.group())
@@ -100,8 +107,12 @@ def extract_math_answer(completion: str) -> str | None:
     marks = list(_ANSWER_MARK.finditer(completion))
     if not marks:
         return None
-    rest = completion[marks[-1].end():].split("\n", 1)[0].strip().rstrip(".").strip().strip("$").strip()
-    return rest or None
+    return _answer_line(completion[marks[-1].end():].split("\n", 1)[0])
+
+
+def _answer_line(line: str) -> str | None:
+    """The answer written on the rest of a line: stripped of spaces, a final period and surrounding `$`."""
+    return line.strip().rstrip(".").strip().strip("$").strip() or None
 
 
 def _clean_number(text: str) -> str:
@@ -185,6 +196,10 @@ class _FileTask:
     def _to_problem(self, row: dict, path: Path) -> Problem:
         raise NotImplementedError
 
+    def answers_equal(self, a: str, b: str) -> bool:
+        """Mathematical equivalence of two extracted answers (math-verify, time-bounded)."""
+        return a == b or math_equal(a, b)
+
 
 def _field(row: dict, key: str, path: Path, task: str) -> str:
     if key not in row:
@@ -192,33 +207,53 @@ def _field(row: dict, key: str, path: Path, task: str) -> str:
     return str(row[key])
 
 
+def _math500_problem(row: dict, path: Path, task: str) -> Problem:
+    """A MATH-500 row as a Problem (see `Math500Task`)."""
+    meta = {key: row[key] for key in ("subject", "level", "unique_id") if key in row}
+    return Problem(question=_field(row, "problem", path, task), answer=_field(row, "answer", path, task),
+                   solution=_field(row, "solution", path, task), meta={**meta, "line": row["_line"]})
+
+
 # ----------------------------------------------------------------------------- tasks
-
-    def answers_equal(self, a: str, b: str) -> bool:
-        """Mathematical equivalence of two extracted answers (math-verify, time-bounded)."""
-        return a == b or math_equal(a, b)
-
 
 
 class Gsm8kTask(_FileTask):
-    """GSM8K: splits `train` and `test` (gsm8k_train.jsonl, gsm8k_test.jsonl).
+    """GSM8K: splits `train` and `test` (gsm8k_train.jsonl, gsm8k_test.jsonl), and optionally an
+    out-of-distribution split `ood` from another data set, so that one run trains on GSM8K and is
+    evaluated on both (`eval.splits: [test, ood]`).
 
     steps: the reference answer's lines before `####` with the `<<calc>>` annotations removed;
     solution: the steps and a final line `#### N`; answer: N without thousands separators;
     meta: {"line": line number in the file}.
 
+    With `ood="math500"` the `ood` split holds the 500 MATH-500 problems (math500_test.jsonl) exactly
+    as `Math500Task` reads them, with meta["source"] = "math500", and `grade` grades them as
+    `Math500Task` does (`extract_math_answer`), so their pass@1 equals that of an evaluation with
+    `task: math500`. `extract_answer` (majority votes) reads every completion by the GSM8K rule, which
+    also takes a LaTeX answer after `####`.
+
     Args:
         data_dir: directory of the files (default: `default_data_dir()`).
+        ood: "math500" for the `ood` split, or None (no `ood` split).
     """
 
     name = "gsm8k"
+    OOD_SOURCES = ("math500",)
 
-    def __init__(self, data_dir: str | Path | None = None):
+    def __init__(self, data_dir: str | Path | None = None, ood: str | None = None):
         super().__init__()
         root = Path(data_dir) if data_dir is not None else default_data_dir()
         self._files = {"train": root / "gsm8k_train.jsonl", "test": root / "gsm8k_test.jsonl"}
+        if ood is not None:
+            if ood not in self.OOD_SOURCES:
+                raise UserError(f"{self.name}: task.ood must be one of {', '.join(self.OOD_SOURCES)} or null "
+                                f"(got {ood!r})")
+            self._files["ood"] = root / "math500_test.jsonl"
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
+        if path == self._files.get("ood"):
+            problem = _math500_problem(row, path, self.name)
+            return replace(problem, meta={**problem.meta, "source": "math500"})
         reference = _field(row, "answer", path, self.name)
         body, mark, final = reference.rpartition("####")
         if not mark:
@@ -233,8 +268,10 @@ class Gsm8kTask(_FileTask):
         return extract_gsm8k_answer(completion)
 
     def grade(self, completion: str, problem: Problem) -> float:
-        """1.0 when the extracted answer equals the problem's (exact for numbers), else 0.0. Never raises."""
-        predicted = extract_gsm8k_answer(completion)
+        """1.0 when the extracted answer equals the problem's (exact for numbers), else 0.0. Never raises.
+        Problems of the `ood` split are read by their own source's rule (`extract_math_answer`)."""
+        extract = extract_math_answer if problem.meta.get("source") == "math500" else extract_gsm8k_answer
+        predicted = extract(completion)
         return float(predicted is not None and math_equal(predicted, problem.answer))
 
 
@@ -256,9 +293,7 @@ class Math500Task(_FileTask):
         self._files = {"test": root / "math500_test.jsonl"}
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
-        meta = {key: row[key] for key in ("subject", "level", "unique_id") if key in row}
-        return Problem(question=_field(row, "problem", path, self.name), answer=_field(row, "answer", path, self.name),
-                       solution=_field(row, "solution", path, self.name), meta={**meta, "line": row["_line"]})
+        return _math500_problem(row, path, self.name)
 
     def extract_answer(self, completion: str) -> str | None:
         """See `extract_math_answer`: the last `\\boxed{}`, else the text after `####`/`answer:`."""

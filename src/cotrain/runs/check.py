@@ -1,0 +1,292 @@
+"""`cotrain check CONFIG`: validate a run config and start it, without training or writing anything.
+
+What a long run would do first, in order, each failure a one-line `UserError`: load and validate the
+config; build the task and read its data (every split, and the eval splits it lacks are named); build
+or load every model the recipe trains (the generator; the verifier of tango, frozen_verifier and
+consistency; the proposer and judge of triad and reliability when `selfplay.shared_model` is false),
+by the recipes' own rules (`verifier.model`, `verifier.init`, `init`, `selfplay.proposer_init`, the
+memory options of `model`); encode the first training step's prompts with the chat template; run the
+first rollout (`grpo.group_size` samples of each prompt, at the config's temperature and length limit,
+capped by `max_new_tokens`), decode and grade it; and let the verifier or judge verify its first
+sample. The report gives what a run on new hardware needs to know before it starts: each model's
+class, size, dtype and device, whether it has a chat template, token counts, the rollout's speed,
+the reward, a sample, and the peak memory.
+"""
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+import torch
+
+from cotrain.config import LABEL_FREE, RunConfig
+from cotrain.errors import UserError
+from cotrain.eval.evaluate import EVAL_SEED
+from cotrain.models.build import load_model, prepare_for_training
+from cotrain.models.generate import generate
+from cotrain.models.prompts import (
+    decode_completions,
+    encode_generator_prompts,
+    encode_proposer_prompts,
+    uses_chat,
+)
+from cotrain.models.verify import verify
+from cotrain.runs.rundir import resolve_model_dir
+from cotrain.runs.session import build_task, derive_seed, device, initial_model, sample_batch, training_pool
+
+VERIFIER_RECIPES = ("tango", "frozen_verifier", "consistency")
+SELFPLAY_RECIPES = ("triad", "reliability")
+SAMPLE_CHARS = 300
+"""The sample completion is shown up to this many characters."""
+
+
+def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None, say=print) -> dict:
+    """Build everything `cfg` needs and run its first rollout; print a short report line by line.
+
+    Args:
+        cfg: a validated config (`load_config`).
+        prompts: training prompts in the rollout (at most the config's prompts per step).
+        max_new_tokens: cap on the rollout's completion length (default: the config's).
+        say: where report lines go.
+
+    Returns:
+        The measured numbers: {"roles": {role: info}, "prompt_tokens", "completion_tokens",
+        "rollout_seconds", "tokens_per_s", "reward_mean", "sample", "peak_memory_bytes", ...}.
+
+    Raises:
+        UserError: a bad option, missing data, a model that does not load, a device that does not exist,
+            or out of GPU memory in the rollout.
+    """
+    if prompts < 1:
+        raise UserError(f"--prompts must be at least 1 (got {prompts})")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1 (got {max_new_tokens})")
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.reset_peak_memory_stats(i)
+    g, t = cfg.grpo, cfg.train
+    report: dict = {"recipe": cfg.recipe}
+    plan = first_rollout(cfg)
+    per_step, group = plan["prompts_per_step"], plan["group_size"]
+    say(f"config    {cfg.recipe}: {t.steps} steps of {per_step} {plan['unit']}, micro-batch "
+        f"{t.micro_batch_size or 'whole batch'}, lr {t.lr:g}, autocast bf16 {'on' if t.bf16 else 'off'}, "
+        f"weights {cfg.model.dtype}")
+
+    # ------------------------------------------------------------------ task and data
+    # what a run reads: the training pool, and the problems the final evaluation draws from each split
+    task = build_task(cfg)
+    pool, _ = training_pool(task, cfg, t.n_problems)
+    evaluated = {s: len(task.problems(s, cfg.eval.n, seed=EVAL_SEED)) for s in cfg.eval.splits if s in task.splits}
+    missing = [s for s in cfg.eval.splits if s not in task.splits]
+    say(f"task      {cfg.task.name} (splits {', '.join(task.splits)}): training pool {len(pool)} problems; evaluation "
+        + (", ".join(f"{s} {n}" for s, n in evaluated.items()) or "none")
+        + (f"; eval splits not in the task, skipped: {', '.join(missing)}" if missing else ""))
+    report["problems"] = {"train": len(pool), **evaluated}
+
+    # ------------------------------------------------------------------ models
+    start = time.perf_counter()
+    roles = build_roles(cfg)
+    report["roles"] = {}
+    for role, (model, tok, source) in roles.items():
+        info = model_info(model, tok)
+        report["roles"][role] = info
+        say(f"{role:<9} {info['class']}, {info['parameters']:,} parameters"
+            + (f" ({info['trainable']:,} trainable)" if info["trainable"] != info["parameters"] else "")
+            + f", {info['dtype']}, {info['device']}, chat template {'yes' if info['chat'] else 'no'}; from {source}")
+        note = low_precision_note(model, _role_lr(cfg, role))
+        if note:
+            say(f"note      {role}: {note}")
+    if cfg.recipe in SELFPLAY_RECIPES and cfg.selfplay.shared_model:
+        say("roles     proposer, solver and judge are the generator (selfplay.shared_model)")
+    say(f"          {len(roles)} model(s) built or loaded in {time.perf_counter() - start:.1f} s")
+    model, tok, _ = roles["generator"]
+    dev = next(model.parameters()).device
+
+    # ------------------------------------------------------------------ prompts
+    batch = sample_batch(pool, max(per_step, prompts), cfg.seed, 1)[:prompts]
+    questions = [p.question for p in batch]
+    prompt_ids = encode_generator_prompts(tok, questions)
+    lengths = [len(ids) for ids in prompt_ids]
+    report["prompt_tokens"] = lengths
+    span = f"{min(lengths)}" if min(lengths) == max(lengths) else f"{min(lengths)}-{max(lengths)}"
+    proposer_tok = roles.get("proposer", roles["generator"])[1]
+    say(f"prompts   {len(prompt_ids)} of step 1's training prompts, encoded: {span} tokens each"
+        + (f"; proposer prompt {len(encode_proposer_prompts(proposer_tok, questions[:1])[0])} tokens"
+           if cfg.recipe in SELFPLAY_RECIPES else ""))
+
+    # ------------------------------------------------------------------ first rollout
+    config_limit = plan["max_new_tokens"]
+    limit = min(config_limit, max_new_tokens) if max_new_tokens else config_limit
+    _sync(dev)
+    start = time.perf_counter()
+    try:
+        ro = generate(model, prompt_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                      temperature=plan["temperature"], top_p=g.top_p, greedy=plan["greedy"],
+                      seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
+        _sync(dev)
+    except torch.cuda.OutOfMemoryError:
+        raise UserError(f"out of GPU memory in the first rollout ({len(prompt_ids)} prompts x {group} samples, "
+                        f"{limit} new tokens): lower --prompts or --max-new-tokens, or see configs/real/README.md") from None
+    seconds = time.perf_counter() - start
+    completion_lengths = ro.lengths.tolist()
+    generated = int(sum(completion_lengths))
+    steps = int(ro.completion_ids.shape[1])
+    report.update(completion_tokens=completion_lengths, rollout_seconds=seconds,
+                  tokens_per_s=generated / seconds if seconds > 0 else float("inf"))
+    say(f"rollout   {len(prompt_ids)} prompt(s) x {group} = {len(completion_lengths)} completions ({plan['what']})"
+        + f", max_new_tokens {limit}" + (f" (config {config_limit})" if limit != config_limit else "")
+        + f": {generated} tokens in {seconds:.2f} s = {report['tokens_per_s']:,.0f} tokens/s; "
+        f"{steps} decode steps, {1000 * seconds / max(steps, 1):.1f} ms per step")
+    say(f"          completion tokens mean {generated / len(completion_lengths):.1f}, max {max(completion_lengths)}; "
+        f"{int(ro.truncated.sum())}/{len(completion_lengths)} reached max_new_tokens")
+
+    # ------------------------------------------------------------------ decode and grade
+    texts = decode_completions(tok, ro.completion_ids, ro.completion_mask)
+    problems = [p for p in batch for _ in range(group)]                                   # [B*G]
+    rewards = [task.grade(text, problem) for text, problem in zip(texts, problems)]
+    answered = sum(task.extract_answer(text) is not None for text in texts)
+    report["reward_mean"] = sum(rewards) / len(rewards)
+    report["sample"] = texts[0]
+    graded = "ground-truth grade; the recipe trains on label-free rewards" if cfg.recipe in LABEL_FREE else "task.grade"
+    say(f"reward    mean {report['reward_mean']:.3f} over {len(rewards)} ({graded}); "
+        f"an answer extracted from {answered}/{len(texts)} (task.extract_answer)")
+    shown = texts[0] if len(texts[0]) <= SAMPLE_CHARS else texts[0][:SAMPLE_CHARS] + " [...]"
+    say(f"sample    {shown!r}")
+
+    # ------------------------------------------------------------------ the verifier's (judge's) first verification
+    checker = "verifier" if "verifier" in roles else "judge" if "judge" in roles else (
+        "generator" if cfg.recipe in SELFPLAY_RECIPES else None)
+    if checker is not None:
+        vmodel, vtok, _ = roles[checker]
+        vlimit = min(cfg.verifier.max_new_tokens, max_new_tokens) if max_new_tokens else cfg.verifier.max_new_tokens
+        vro, vtexts, parsed = verify(vmodel, vtok, questions[:1], texts[:1], greedy=True, max_new_tokens=vlimit,
+                                     bf16=t.bf16)
+        verdict = {True: "CORRECT", False: "INCORRECT", None: "none"}[parsed[0].final]
+        report["verification"] = {"prompt_tokens": int(vro.prompt_mask.sum()), "tokens": int(vro.lengths.sum()),
+                                  "format": parsed[0].format, "final": parsed[0].final}
+        say(f"verify    {'judge' if checker != 'verifier' else 'verifier'}, first sample, greedy: "
+            f"prompt {report['verification']['prompt_tokens']} tokens, {report['verification']['tokens']} generated "
+            f"(max {vlimit}); format {parsed[0].format:.1f}, final verdict {verdict}")
+
+    # ------------------------------------------------------------------ memory
+    gpus = sorted({info["device"] for info in report["roles"].values() if info["device"].startswith("cuda")})
+    if gpus:
+        peaks = {d: torch.cuda.max_memory_allocated(torch.device(d)) for d in gpus}
+        peak = max(peaks.values())
+        where = ", ".join(f"{d} {n / 2**30:.2f} GiB" for d, n in peaks.items()) + " (torch.cuda.max_memory_allocated)"
+    else:
+        # ru_maxrss is in kilobytes on Linux, in bytes on macOS
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        where = f"{peak / 2**30:.2f} GiB (peak RSS of this process, CPU)"
+    report["peak_memory_bytes"] = peak
+    say(f"memory    peak {where}; a training update needs more, see configs/real/README.md")
+    say("ok")
+    return report
+
+
+def first_rollout(cfg: RunConfig) -> dict:
+    """How the recipe's first step samples its generator (solver): prompts per step and what each
+    prompt gets. SFT samples nothing in training: its check runs what its evaluation runs (greedy);
+    reliability's first regime is the strong one."""
+    g, t = cfg.grpo, cfg.train
+    if cfg.recipe == "sft":
+        return {"prompts_per_step": t.batch_size, "unit": "reference solutions", "group_size": 1, "greedy": True,
+                "temperature": 1.0, "max_new_tokens": cfg.eval.max_new_tokens or g.max_new_tokens,
+                "what": "greedy, as the evaluation runs"}
+    if cfg.recipe == "reliability":
+        r = cfg.reliability
+        candidates = r.n_strong + r.n_weak + r.n_old + r.n_best_of
+        return {"prompts_per_step": max(1, t.batch_size // candidates), "unit": f"questions x {candidates} candidates",
+                "group_size": r.n_strong, "greedy": False, "temperature": r.strong_temperature,
+                "max_new_tokens": g.max_new_tokens, "what": f"strong regime, temperature {r.strong_temperature:g}"}
+    return {"prompts_per_step": t.batch_size // g.group_size, "unit": f"prompts x G={g.group_size}",
+            "group_size": g.group_size, "greedy": False, "temperature": g.temperature,
+            "max_new_tokens": g.max_new_tokens, "what": f"temperature {g.temperature:g}"}
+
+
+def build_roles(cfg: RunConfig) -> dict[str, tuple]:
+    """{role: (model, tokenizer, where it comes from)} of every model a run of `cfg` builds, by the
+    recipes' own rules; one entry when proposer, solver and judge share the generator."""
+    from cotrain.recipes.tango import initial_verifier  # the recipes' own rule, so a check loads what a run loads
+
+    # every checkpoint path first: a wrong one fails before minutes of loading the others
+    for path in (cfg.init, cfg.verifier.init, cfg.selfplay.proposer_init):
+        if path:
+            resolve_model_dir(path)
+    model, tok = initial_model(cfg)
+    roles = {"generator": (model, tok, _source(cfg.init, cfg.model))}
+    v = cfg.verifier
+    verifier_source = (_source(None, v.model) + " (verifier.model)" if v.model is not None
+                       else f"{v.init} (verifier.init)" if v.init
+                       else f"{cfg.init} (init, as the generator)" if cfg.init
+                       else _source(None, cfg.model) + (", a second copy" if cfg.model.path else ", its own seed"))
+    if cfg.recipe in VERIFIER_RECIPES:
+        roles["verifier"] = (*initial_verifier(cfg), verifier_source)
+    elif cfg.recipe in SELFPLAY_RECIPES and not cfg.selfplay.shared_model:
+        sp = cfg.selfplay
+        if sp.proposer_init:
+            proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=cfg.model.dtype)
+            roles["proposer"] = (prepare_for_training(proposer, cfg.model, device()), ptok,
+                                 f"{sp.proposer_init} (selfplay.proposer_init)")
+        else:
+            roles["proposer"] = (*initial_model(cfg), roles["generator"][2] + ", a second copy")
+        roles["judge"] = (*initial_verifier(cfg), verifier_source)
+    return roles
+
+
+def _role_lr(cfg: RunConfig, role: str) -> float:
+    if role in ("verifier", "judge"):
+        return cfg.verifier.lr
+    if role == "proposer":
+        return cfg.selfplay.proposer_lr or cfg.train.lr
+    return cfg.train.lr
+
+
+def _source(init: str | None, model_cfg) -> str:
+    if init:
+        return f"{init} (init)"
+    if model_cfg.path:
+        return f"{model_cfg.path} (model.path)"
+    return f"a new {model_cfg.preset} model (model.preset)"
+
+
+def model_info(model, tokenizer) -> dict:
+    """Class, parameter counts, dtype, device and chat template of a built model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a LoRA (peft) wrapper
+    params = list(model.parameters())
+    dtypes: dict[torch.dtype, int] = {}
+    for p in params:
+        dtypes[p.dtype] = dtypes.get(p.dtype, 0) + p.numel()
+    return {
+        "class": type(base).__name__ + (" + LoRA" if base is not model else ""),
+        "parameters": sum(p.numel() for p in params),
+        "trainable": sum(p.numel() for p in params if p.requires_grad),
+        "dtype": str(max(dtypes, key=dtypes.get)).removeprefix("torch."),
+        "device": str(params[0].device),
+        "chat": uses_chat(tokenizer),
+    }
+
+
+def low_precision_note(model, lr: float) -> str | None:
+    """A warning when trainable weights are 16-bit and a step of size `lr` cannot move most of them.
+
+    AdamW moves each weight by about lr per step. A weight with |w| in [2^e, 2^(e+1)) changes only when
+    the step reaches half its spacing, 2^(e-8) in bfloat16 (8 significant bits) and 2^(e-11) in float16,
+    so no weight with |w| >= 512 lr (bfloat16) or 2048 lr (float16) can move at all.
+    """
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    kinds = {p.dtype for p in trainable}
+    if not trainable or not kinds & {torch.bfloat16, torch.float16}:
+        return None
+    factor = 512 if torch.bfloat16 in kinds else 2048
+    with torch.no_grad():
+        stuck = sum(int((p.detach().abs() >= factor * lr).sum()) for p in trainable)
+    share = stuck / sum(p.numel() for p in trainable)
+    dtype = "bfloat16" if torch.bfloat16 in kinds else "float16"
+    return (f"trainable weights are {dtype}: a step of lr={lr:g} cannot change any weight with |w| >= {factor * lr:.2g} "
+            f"({100 * share:.1f}% of them); model.dtype=float32 keeps every update")
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)

@@ -1,0 +1,235 @@
+"""Data parallelism: sharding, gradient accumulation, step timing, and `torchrun` runs on CPU (gloo).
+
+Tolerance of the torchrun comparisons: the two processes compute the same rollouts (a group's noise
+depends on its seed alone) and their gradients add up to the whole batch's, so the runs differ only by
+float summation order, which AdamW's normalisation can amplify in weights whose gradients are near zero.
+Every logged float metric must agree within 1e-4 relative or 1e-5 absolute, and every final weight
+within 1e-4 absolute (tango's verifier, after 60 AdamW steps at lr 2e-3, drifts by up to 2.5e-5);
+integer counts (tokens, problems) must be equal.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from cotrain import dist
+from cotrain.config import GrpoConfig, ModelConfig
+from cotrain.models.build import build_model
+from cotrain.models.generate import generate
+from cotrain.recipes.policy import micro_batches, policy_update, supervised_step
+from cotrain.runs import session as session_module
+from cotrain.runs.session import StepTimer
+from tests.conftest import nano_config
+from tests.test_recipes import _rows
+
+REPO = Path(__file__).resolve().parents[1]
+TOL, REL, WEIGHT_TOL = 1e-5, 1e-4, 1e-4
+
+
+# ---------------------------------------------------------------------- pure pieces
+
+
+def test_shard_splits_in_contiguous_blocks_lower_ranks_first():
+    assert [list(dist.shard(5, r, 2)) for r in range(2)] == [[0, 1, 2], [3, 4]]
+    assert [list(dist.shard(7, r, 3)) for r in range(3)] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert [list(dist.shard(1, r, 2)) for r in range(2)] == [[0], []]
+    assert list(dist.shard(4)) == [0, 1, 2, 3]  # one process: everything
+
+
+def test_micro_batches_hold_whole_groups():
+    groups = torch.arange(5)
+    assert [c.tolist() for c in micro_batches(groups, 4, 8)] == [[0, 1], [2, 3], [4]]
+    assert [c.tolist() for c in micro_batches(groups, 4, 3)] == [[0], [1], [2], [3], [4]]  # at least one group
+    assert [c.tolist() for c in micro_batches(groups, 4, None)] == [[0, 1, 2, 3, 4]]
+    assert micro_batches(torch.arange(0), 4, 8) == []
+
+
+def test_step_timer_splits_time_and_counts_tokens_per_second(monkeypatch):
+    clock = iter([10.0, 12.0, 12.5, 13.0, 14.0])  # start, gen lap, reward lap, update lap, metrics
+    monkeypatch.setattr(session_module.time, "perf_counter", lambda: next(clock))
+    timer = StepTimer()
+    timer.lap("gen", 100)
+    timer.lap("reward")
+    timer.lap("update", 30)
+    m = timer.metrics()
+    assert m["time/gen"] == 2.0 and m["time/reward"] == 0.5 and m["time/update"] == 0.5
+    assert m["time/step"] == 4.0 and m["time/sync"] == 0.0
+    assert m["throughput/gen_tokens_per_s"] == 50.0 and m["throughput/update_tokens_per_s"] == 60.0
+    assert "throughput/reward_tokens_per_s" not in m
+
+
+# ---------------------------------------------------------------------- gradient accumulation
+
+
+def _nano_rollout(group_size=4):
+    model, tok = build_model(ModelConfig(preset="nano"), seed=0)
+    prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n", "8*9\n"]]
+    ro = generate(model, prompts, group_size=group_size, max_new_tokens=8, eos_id=tok.eos_token_id,
+                  pad_id=tok.pad_token_id, temperature=1.5, seed=3)
+    return model, tok, ro
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_micro_batches_give_the_whole_batch_update(loss_type):
+    """Accumulating the loss over micro-batches of one group gives the update of the whole batch."""
+    results = []
+    for micro in (None, 4):
+        model, _, ro = _nano_rollout()
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)  # weights move by the gradient itself
+        adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0, 0, 0, 0, 2.0, 0, -1.0, -1.0, 0.3, 0.3, -0.6, 0])  # group 1 all zero
+        g = GrpoConfig(group_size=4, max_new_tokens=8, loss_type=loss_type, temperature=1.5, num_iterations=2)
+        st = policy_update(model, opt, ro, adv, ro.completion_mask, g, max_grad_norm=1e9, micro_batch_size=micro)
+        results.append((st, [p.detach().clone() for p in model.parameters()]))
+    (a, wa), (b, wb) = results
+    assert a["frac_groups_trained"] == b["frac_groups_trained"] == 0.75
+    for key in ("loss", "grad_norm", "clip_ratio", "kl"):
+        assert a[key] == pytest.approx(b[key], abs=1e-6), key
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(wa, wb))
+
+
+def test_supervised_micro_batches_give_the_whole_batch_update():
+    results = []
+    for micro in (None, 2):
+        model, tok = build_model(ModelConfig(preset="nano"), seed=0)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)  # weights move by the gradient itself
+        prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n"]]
+        targets = [tok(t)["input_ids"] for t in ["3", "41 and more", "7!"]]
+        st = supervised_step(model, opt, prompts, targets, tok.pad_token_id, max_grad_norm=1e9, micro_batch_size=micro)
+        results.append((st, [p.detach().clone() for p in model.parameters()]))
+    (a, wa), (b, wb) = results
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-6) and a["grad_norm"] == pytest.approx(b["grad_norm"], abs=1e-6)
+    assert a["tokens_trained"] == b["tokens_trained"] == sum(len(t) for t in targets)
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(wa, wb))
+
+
+# ---------------------------------------------------------------------- torchrun on CPU
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
+
+
+def _single(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cotrain", *args], capture_output=True, text=True, env=_env(),
+                          timeout=600, cwd=REPO)
+
+
+def _torchrun(args: list[str], nproc: int = 2, **kwargs):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+           "-m", "cotrain", *args]
+    if kwargs.pop("background", False):
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO,
+                                start_new_session=True)
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=REPO)
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    ra, rb = _rows(a), _rows(b)
+    assert len(ra) == len(rb)
+    for x, y in zip(ra, rb):
+        keys = {k for k in x if k != "time" and not k.startswith(("time/", "throughput/"))}
+        assert keys == {k for k in y if k != "time" and not k.startswith(("time/", "throughput/"))}
+        for k in keys:
+            if isinstance(x[k], float) or isinstance(y[k], float):
+                assert x[k] == pytest.approx(y[k], rel=REL, abs=TOL), (x["step"], k)
+            else:
+                assert x[k] == y[k], (x["step"], k)
+    ea, eb = (_flat(json.loads((d / "eval.json").read_text())) for d in (a, b))
+    assert ea.keys() == eb.keys() and all(ea[k] == pytest.approx(eb[k], rel=REL, abs=TOL) for k in ea)
+    for role in [d.name for d in (a / "final").iterdir()]:
+        wa, wb = load_file(a / "final" / role / "model.safetensors"), load_file(b / "final" / role / "model.safetensors")
+        assert wa.keys() == wb.keys()
+        assert all(torch.allclose(wa[k], wb[k], rtol=0, atol=WEIGHT_TOL) for k in wa), role
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}/") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+@pytest.fixture(scope="module")
+def grpo_one(sft_run, tmp_path_factory):
+    """A 4-step grpo run of the nano world from the SFT start (so groups train), config and one-process run."""
+    root = tmp_path_factory.mktemp("dist")
+    start, _ = sft_run
+    raw = nano_config("grpo", init=str(start), train={"steps": 4}, checkpoint={"every": 2, "keep_last": 1},
+                      eval={"every": 2, "n": 20, "n_during": 10})
+    cfg = root / "grpo.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    one = _single(["run", str(cfg), "--out", str(root / "one")])
+    assert one.returncode == 0, one.stderr
+    assert any(r.get("gen/frac_groups_trained", 0) > 0 for r in _rows(root / "one")), "no gradient to compare"
+    return cfg, root / "one"
+
+
+def _killed_and_resumed(args: list[str], out: Path) -> None:
+    """A two-process run killed with SIGKILL (launcher and workers) after its step-2 checkpoint, then resumed."""
+    victim = _torchrun([*args, "--out", str(out)], background=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step_2").exists():
+        assert victim.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
+        time.sleep(0.05)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert not (out / "eval.json").exists(), "killed too late to test resume"
+    resumed = _torchrun([*args, "--out", str(out), "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
+def test_two_processes_equal_one_then_resume_after_sigkill(grpo_one, tmp_path, fsdp):
+    """`torchrun --nproc_per_node 2 -m cotrain run` logs the metrics, evaluation and final weights of the
+    one-process run, with gradients averaged over processes or with FSDP2 sharding; only rank 0 prints
+    results; a two-process run killed after its step-2 checkpoint and resumed ends where the others end."""
+    cfg, one = grpo_one
+    args = ["run", str(cfg), f"train.fsdp={str(fsdp).lower()}"]
+    two = _torchrun([*args, "--out", str(tmp_path / "two")])
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert two.stdout.count("generator/test:") == 1  # one writer
+    _assert_same_run(one, tmp_path / "two")
+    rows = [r for r in _rows(tmp_path / "two") if "gen/reward" in r]
+    assert all(r["time/sync"] > 0 and r["throughput/gen_tokens_per_s"] > 0 for r in rows)
+    _killed_and_resumed(args, tmp_path / "killed")
+    _assert_same_run(one, tmp_path / "killed")
+
+
+@pytest.mark.slow
+def test_two_process_tango_completes_and_equals_one_process(sft_run, tmp_path):
+    """tango with two processes, gradients averaged or FSDP2-sharded (generator and verifier), equals
+    the one-process run."""
+    from tests.test_tango import tango_config
+
+    start, _ = sft_run
+    raw = tango_config(start, train={"steps": 3}, eval={"k": 0, "n": 20, "every": 0})
+    path = tmp_path / "tango.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    one = _single(["run", str(path), "--out", str(tmp_path / "one")])
+    assert one.returncode == 0, one.stderr
+    for fsdp in ("false", "true"):
+        two = _torchrun(["run", str(path), f"train.fsdp={fsdp}", "--out", str(tmp_path / f"two-{fsdp}")])
+        assert two.returncode == 0, two.stderr[-3000:]
+        _assert_same_run(tmp_path / "one", tmp_path / f"two-{fsdp}")
+        assert (tmp_path / f"two-{fsdp}" / "final" / "verifier").is_dir()
+
+
+@pytest.mark.slow
+def test_a_user_error_on_rank_0_reaches_every_rank(grpo_one):
+    """A refused run directory (rank 0 checks it) ends both processes with the one-line error."""
+    cfg, one = grpo_one
+    again = _torchrun(["run", str(cfg), "--out", str(one)])
+    assert again.returncode != 0
+    assert again.stderr.count("cotrain: error: run directory") == 2, again.stderr[-3000:]
+    assert "Traceback" not in again.stderr.split("cotrain: error")[0]

@@ -1,0 +1,270 @@
+"""The real-model configs (configs/real/) and `cotrain check`, which validates a config and starts it.
+
+Every config validates and names its model in one line; `cotrain check` loads the data and every model
+of a recipe and runs and grades the first rollout on offline stand-ins of Qwen2 and Llama (random
+weights: it checks the path, not answers); bad configs and paths end in one line and exit code 2. Also
+the gsm8k task's MATH-500 `ood` split and how GSM8K and MATH answers are read from the outputs of
+instruction-tuned models.
+"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cotrain.cli import main
+from cotrain.config import load_config
+from cotrain.errors import UserError
+from cotrain.eval.metrics import majority_answer
+from cotrain.models.build import build_standin
+from cotrain.roles import generator, proposer, verifier
+from cotrain.runs.check import check
+from cotrain.tasks import Problem, make_task
+from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task, default_data_dir, extract_gsm8k_answer
+
+REAL = Path(__file__).resolve().parents[1] / "configs" / "real"
+CONFIGS = sorted(REAL.glob("*.yaml"))
+DATA = default_data_dir()
+needs_data = pytest.mark.skipif(not all((DATA / f).is_file() for f in ("gsm8k_train.jsonl", "gsm8k_test.jsonl",
+                                                                        "math500_test.jsonl")),
+                                reason=f"shared data files absent: {DATA}")
+FAST = ["--prompts", "1", "--max-new-tokens", "16"]  # a check's rollout on one thread in about a second
+
+
+# ---------------------------------------------------------------------- the configs
+
+
+def test_every_recipe_has_a_real_config():
+    assert {c.stem for c in CONFIGS} == {"sft", "grpo", "frozen_verifier", "tango", "consistency", "triad",
+                                         "reliability"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_real_config_validates_and_names_its_model_in_one_line(path):
+    cfg = load_config(path)
+    assert cfg.recipe == path.stem
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    named = [line for line in lines if re.search(r"\bpath:", line)]
+    assert len(named) == 1 and named[0].startswith("model:"), named       # the one line to edit
+    assert cfg.model.path and cfg.model.path in named[0]
+    # every other role starts from that model: nothing else names a checkpoint
+    assert (cfg.init, cfg.verifier.init, cfg.verifier.model, cfg.selfplay.proposer_init) == (None, None, None, None)
+    # GSM8K train -> GSM8K test, with MATH-500 as the out-of-distribution split of the same run
+    assert cfg.task.name == "gsm8k" and cfg.task.options() == {"ood": "math500"}
+    assert cfg.eval.splits == ["test", "ood"]
+    assert cfg.train.bf16 and cfg.model.dtype == "float32"  # bf16 compute, float32 weights keep lr 1e-6 updates
+    # the one-line switch to a local checkpoint
+    assert load_config(path, ["model.path=/models/local"]).model.path == "/models/local"
+
+
+def test_real_rl_configs_share_the_generator_settings():
+    """The recipes compare at equal generator settings (a reliability step samples its own candidates)."""
+    def generator_settings(name):
+        cfg = load_config(REAL / f"{name}.yaml")
+        return (cfg.model.path, cfg.grpo.group_size, cfg.grpo.max_new_tokens, cfg.grpo.temperature, cfg.grpo.beta,
+                cfg.train.lr, cfg.train.steps, cfg.eval.model_dump())
+
+    grpo = generator_settings("grpo")
+    assert grpo[1:3] == (8, 512) and grpo[5] == 1e-6
+    for name in ("tango", "frozen_verifier", "consistency", "triad"):
+        assert generator_settings(name) == grpo, name
+        assert load_config(REAL / f"{name}.yaml").train.batch_size == load_config(REAL / "grpo.yaml").train.batch_size
+
+
+def test_readme_covers_every_real_config():
+    readme = (REAL / "README.md").read_text()
+    for path in CONFIGS:
+        assert f"{path.stem}.yaml" in readme, path.stem
+    for needle in ("model.path=", "torchrun --nproc_per_node", "--rdzv_backend c10d", "--rdzv_endpoint"):
+        assert needle in readme, needle
+
+
+# ---------------------------------------------------------------------- gsm8k with MATH-500 as its ood split
+
+
+@needs_data
+def test_gsm8k_ood_split_is_math500_read_and_graded_as_math500():
+    task = make_task("gsm8k", ood="math500")  # what `task: {name: gsm8k, ood: math500}` builds
+    assert task.splits == ("train", "test", "ood")
+    ood, math = task.problems("ood"), Math500Task().problems("test")
+    assert len(ood) == 500
+    assert [(p.question, p.answer, p.solution) for p in ood] == [(p.question, p.answer, p.solution) for p in math]
+    assert all(p.meta["source"] == "math500" and "subject" in p.meta for p in ood)
+    for problem in ood[:20]:  # reference solutions end in \boxed{}: graded by the MATH rule, all correct
+        assert task.grade(problem.solution, problem) == 1.0, problem.answer
+    assert Gsm8kTask().splits == ("train", "test")  # no ood split unless asked
+    assert len(task.problems("test")) == 1319
+
+
+def test_gsm8k_rejects_an_unknown_ood_source():
+    with pytest.raises(UserError, match="task.ood must be one of math500"):
+        make_task("gsm8k", ood="math")
+
+
+GSM8K_OUTPUTS = [  # (instruction-model output, GSM8K answer, grade)
+    ("Janet has 16 - 3 - 4 = 9 eggs left.\nShe makes 9 * 2 = 18 dollars.\nso the answer is \\boxed{18}.", "18", 1.0),
+    ("Step 1: 5 * 200 = 1,000\n#### 1,000", "1000", 1.0),  # thousands separator after the mark
+    ("**Final answer:** #### $18", "18", 1.0),  # markdown and currency
+    ("#### 18.00", "18", 1.0),  # trailing zeros
+    ("The answer is $\\boxed{\\$18}$.", "18", 1.0),  # an escaped dollar inside \boxed
+    ("#### \\$1,000", "1000", 1.0),  # LaTeX after the mark
+    ("#### 18 \\text{ dollars}", "18", 1.0),  # a LaTeX unit: math-verify drops it
+    ("#### 18\n\nI hope this helps! Let me know if you have 2 more questions.", "18", 1.0),  # chatter after the answer
+    ("Step 1: 3 * 4 = 12\nStep 2: 12 + 6 = 18\nThe final answer is 18", "18", 1.0),  # no mark: the last number
+    ("She makes 9 * 2 = 18 dollars.\n#### 20", "18", 0.0),  # the marked answer counts, not the work
+    ("I am not sure how to solve this.", "18", 0.0),  # no number at all
+]
+
+
+@pytest.mark.parametrize("text, answer, grade", GSM8K_OUTPUTS)
+def test_gsm8k_grades_instruction_model_outputs(text, answer, grade):
+    assert Gsm8kTask().grade(text, Problem(question="q", answer=answer)) == grade
+
+
+MATH_OUTPUTS = [  # (output on a MATH-500 problem of the ood split, answer, grade)
+    ("Simplifying, we get $\\frac{28}{6}$, so the answer is \\boxed{\\dfrac{14}{3}}.", "\\frac{14}{3}", 1.0),
+    ("The answer follows:\n#### \\frac{14}{3}", "\\frac{14}{3}", 1.0),  # LaTeX after the mark the prompt asks for
+    ("#### $(3, \\frac{\\pi}{2})$.", "\\left( 3, \\frac{\\pi}{2} \\right)", 1.0),  # a tuple in dollars
+    ("#### 14", "\\frac{14}{3}", 0.0),  # a different value
+    ("so it is 14/3", "\\frac{14}{3}", 0.0),  # no boxed answer and no mark: MATH grading finds none
+]
+
+
+@pytest.mark.parametrize("text, answer, grade", MATH_OUTPUTS)
+def test_ood_problems_are_graded_by_the_math_rule(text, answer, grade):
+    problem = Problem(question="q", answer=answer, meta={"source": "math500"})
+    assert Gsm8kTask(ood="math500").grade(text, problem) == grade
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("#### \\frac{14}{3}", "\\frac{14}{3}"),  # LaTeX after the mark: the whole answer, not its first number
+    ("#### $\\dfrac{1}{2}$.", "\\dfrac{1}{2}"),  # dollars and the final period removed
+    ("#### \\boxed{18}", "18"),  # a box after the mark
+    ("#### 10^{10}", "10^{10}"),  # braces without a backslash are LaTeX too
+    ("#### 1,000 apples", "1000"),  # plain text after the mark: the first number, as before
+])
+def test_extract_gsm8k_answer_reads_latex_after_the_mark(text, expected):
+    assert extract_gsm8k_answer(text) == expected
+
+
+@pytest.mark.parametrize("task", [Gsm8kTask(), Math500Task(), JsonlTask(path="unused.jsonl")],
+                         ids=["gsm8k", "math500", "jsonl"])
+def test_file_tasks_vote_by_mathematical_equivalence(task):
+    """maj@k groups "1/2", "0.5" and "\\frac{1}{2}" as one answer on every file-backed task."""
+    assert task.answers_equal("\\frac{1}{2}", "0.5") and not task.answers_equal("\\frac{1}{3}", "0.5")
+    assert majority_answer(["3", "\\frac{1}{2}", "0.5", "3", "1/2"], task.answers_equal) == "\\frac{1}{2}"
+
+
+# ---------------------------------------------------------------------- cotrain check on stand-ins
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory) -> dict[str, Path]:
+    """Offline Qwen2 and Llama stand-ins whose BPE is learned on GSM8K and MATH-500 text and the role
+    prompts, so that digits, LaTeX and the chat markers are covered."""
+    task = make_task("gsm8k", ood="math500")
+    problems = task.problems("train", 300, seed=0) + task.problems("ood", 100, seed=0)
+    corpus = [p.question for p in problems] + [p.solution for p in problems]
+    corpus += [generator.CHAT_INSTRUCTION, verifier.CHAT_INSTRUCTION, proposer.CHAT_INSTRUCTION,
+               "Step 1: CORRECT\nStep 2: INCORRECT\nFinal: INCORRECT"]
+    return {arch: build_standin(arch, tmp_path_factory.mktemp(f"standin_{arch}"), corpus=corpus)
+            for arch in ("qwen2", "llama")}
+
+
+RUNS = [  # (config, stand-in, class, roles reported besides the generator)
+    ("grpo", "qwen2", "Qwen2ForCausalLM", []),
+    ("tango", "qwen2", "Qwen2ForCausalLM", ["verifier"]),
+    ("consistency", "qwen2", "Qwen2ForCausalLM", ["verifier"]),
+    ("sft", "qwen2", "Qwen2ForCausalLM", []),
+    ("frozen_verifier", "llama", "LlamaForCausalLM", ["verifier"]),
+    ("triad", "llama", "LlamaForCausalLM", []),
+    ("reliability", "llama", "LlamaForCausalLM", []),
+]
+
+
+@needs_data
+@pytest.mark.parametrize("name, arch, cls, others", RUNS, ids=[r[0] for r in RUNS])
+def test_check_starts_real_config_on_standin(standins, capsys, name, arch, cls, others):
+    code = main(["check", str(REAL / f"{name}.yaml"), f"model.path={standins[arch]}", *FAST])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"cotrain check {REAL / name}.yaml" and lines[-1] == "ok"
+    report = dict(line.split(None, 1) for line in lines[1:-1] if not line.startswith(" "))  # {first word: rest}
+    assert report["generator"].startswith(cls) and "chat template yes" in report["generator"]
+    assert f"from {standins[arch]} (model.path)" in report["generator"]
+    for role in others:
+        assert report[role].startswith(cls), role
+    assert re.search(r"max_new_tokens 16 \(config \d+\): \d+ tokens in [\d.]+ s = [\d,]+ tokens/s", report["rollout"])
+    assert re.match(r"mean \d\.\d{3} over \d+", report["reward"])
+    assert report["sample"].startswith(("'", '"')) and "peak" in report["memory"]
+    assert ("verify" in report) == (name not in ("grpo", "sft"))  # a verifier or judge checks the first sample
+    assert "training pool 7473 problems; evaluation test 1319, ood 500" in report["task"]
+
+
+@needs_data
+def test_one_run_evaluates_gsm8k_test_and_math500(standins, tmp_path, capsys):
+    """The shipped grpo config, shrunk to one step, ends with both splits in eval.json."""
+    tiny = ["train.steps=1", "train.batch_size=16", "grpo.max_new_tokens=8", "eval.n=4", "eval.k=2",
+            "eval.n_sampled=2", "eval.max_new_tokens=8", "eval.every=0", "checkpoint.every=0", "log.progress=false",
+            "log.tensorboard=false"]
+    assert main(["run", str(REAL / "grpo.yaml"), f"model.path={standins['llama']}", *tiny, "--out",
+                 str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "eval.json").read_text())["generator"]
+    assert set(results) == {"test", "ood"} and results["ood"]["n"] == results["test"]["n"] == 4
+
+
+@needs_data
+def test_check_returns_the_first_rollouts_numbers(standins):
+    cfg = load_config(REAL / "grpo.yaml", [f"model.path={standins['qwen2']}"])
+    lines = []
+    report = check(cfg, prompts=2, max_new_tokens=8, say=lines.append)
+    assert len(report["prompt_tokens"]) == 2 and len(report["completion_tokens"]) == 2 * 8   # 2 prompts x G = 8
+    assert all(1 <= n <= 8 for n in report["completion_tokens"])
+    assert 0.0 <= report["reward_mean"] <= 1.0 and report["tokens_per_s"] > 0 and report["peak_memory_bytes"] > 0
+    info = report["roles"]["generator"]
+    assert info["class"] == "Qwen2ForCausalLM" and info["chat"] and info["dtype"] == "float32"
+    assert info["parameters"] == info["trainable"] > 0 and info["device"] == "cpu"
+    assert lines[-1] == "ok"
+
+
+@needs_data
+def test_check_honours_verifier_init_and_separate_selfplay_models(standins, capsys):
+    assert main(["check", str(REAL / "tango.yaml"), f"model.path={standins['qwen2']}",
+                 f"verifier.init={standins['llama']}", "--prompts", "1", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^verifier  LlamaForCausalLM.*\(verifier\.init\)$", out, re.M)
+    assert main(["check", str(REAL / "triad.yaml"), f"model.path={standins['llama']}", "selfplay.shared_model=false",
+                 "--prompts", "1", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^proposer  LlamaForCausalLM", out, re.M) and re.search(r"^judge     LlamaForCausalLM", out, re.M)
+
+
+@needs_data
+def test_check_warns_when_16_bit_weights_cannot_take_the_learning_rate(standins, capsys):
+    assert main(["check", str(REAL / "grpo.yaml"), f"model.path={standins['qwen2']}", "model.dtype=bfloat16",
+                 "--prompts", "1", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^note      generator: trainable weights are bfloat16: a step of lr=1e-06 cannot change any "
+                     r"weight with \|w\| >= 0\.00051 \(\d+\.\d% of them\)", out, re.M)
+
+
+@pytest.mark.parametrize("args, message", [
+    # models are loaded after the data is read: these two need the data files
+    pytest.param(["model.path=/nonexistent/model"], "not a model directory", marks=needs_data),  # no such directory
+    pytest.param(["init=/nonexistent/run"], "no model found at /nonexistent/run", marks=needs_data),  # before loading
+    (["trian.steps=3"], "unknown config key 'trian'"),  # a typo in an override
+    (["task.ood=math"], "task.ood must be one of math500"),  # a bad task option
+    (["--prompts", "0"], "--prompts must be at least 1"),
+    (["--max-new-tokens", "x"], "invalid int value"),
+])
+def test_check_bad_input_is_one_line_and_exit_code_2(capsys, args, message):
+    code = main(["check", str(REAL / "grpo.yaml"), *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("cotrain: error: ") and message in err, err
+
+
+def test_check_of_a_missing_config_is_one_line(capsys, tmp_path):
+    assert main(["check", str(tmp_path / "nothere.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("cotrain: error: config file not found")
