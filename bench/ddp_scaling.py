@@ -1,7 +1,8 @@
 """Benchmark: a GRPO (or tango) step on two torchrun processes against the same step on one process.
 
-Both sides use the same cores: one process with 2 threads, or two processes with 1 thread each
-(`torchrun --nproc_per_node 2`, gloo). They start from the same model (the SFT'd `tiny` model of
+Three sides: one process with 1 thread (one "device"), two processes with 1 thread each
+(`torchrun --nproc_per_node 2`, gloo: two devices), and one process with 2 threads (the same two cores
+used by intra-op parallelism instead). They start from the same model (the SFT'd `tiny` model of
 bench/grpo_vs_trl.py, built once and cached in bench/out/start/), draw the same prompts and samples
 (a group's noise depends on its seed alone) and make the same updates, so the metrics agree and only
 the time differs. The script checks the rewards agree before it reports a ratio.
@@ -11,7 +12,8 @@ Per side it reports the mean over steps 2..S of `time/step` and its split (`time
 
 Run:  python bench/ddp_scaling.py                       (grpo, 12 steps of 32 prompts x 8, L=24)
       python bench/ddp_scaling.py --recipe tango --steps 9
-The last line is `two_over_one_step=X.XX`: the two-process step time over the one-process step time.
+The last lines are `two_over_one_step=X.XX` (two processes over one process on one thread: 0.5 is
+perfect scaling) and `two_over_threads_step=X.XX` (over one process on both cores).
 """
 from __future__ import annotations
 
@@ -48,12 +50,13 @@ def main(argv=None) -> None:
     overrides = [f"init={START}", f"train.steps={args.steps}", f"train.batch_size={args.prompts * args.group_size}",
                  f"grpo.group_size={args.group_size}", f"grpo.max_new_tokens={args.max_new_tokens}",
                  "checkpoint.every=0", "eval.every=0", "eval.n=32", "eval.k=0", "log.progress=false",
-                 "log.tensorboard=false", "task.n_ops=[1,2]", "task.max_operand=9"]
+                 "log.tensorboard=false", "task.n_ops=[1,2]", "task.max_operand=9", "train.n_problems=2000"]
     if args.recipe == "tango":
         overrides += ["verifier.warmup_sft_steps=30", "verifier.warmup_samples=256", "verifier.solutions=32"]
     config = Path(__file__).resolve().parents[1] / "configs" / f"{args.recipe}.yaml"
     sides = {
-        "one": ([sys.executable, "-m", "cotrain"], "2"),
+        "one": ([sys.executable, "-m", "cotrain"], "1"),
+        "threads": ([sys.executable, "-m", "cotrain"], "2"),
         "two": ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                  "-m", "cotrain"], "1"),
     }
@@ -74,16 +77,17 @@ def main(argv=None) -> None:
             "gen_tokens_per_s": statistics.mean(r["throughput/gen_tokens_per_s"] for r in rows),
         }
     one, two = results["one"], results["two"]
-    gap = max(abs(a - b) for a, b in zip(one["rewards"], two["rewards"]))
+    gap = max(abs(a - b) for r in results.values() for a, b in zip(one["rewards"], r["rewards"]))
     print(f"{args.recipe}, {args.steps} steps of {args.prompts} prompts x {args.group_size}, L={args.max_new_tokens}; "
           f"largest reward difference between the sides: {gap:.2e}")
-    print(f"{'':6}" + "".join(f"{p:>11}" for p in PHASES) + f"{'gen tok/s':>11}")
+    print(f"{'':8}" + "".join(f"{p:>11}" for p in PHASES) + f"{'gen tok/s':>11}")
     for name, r in results.items():
-        print(f"{name:6}" + "".join(f"{r[p]:>11.3f}" for p in PHASES) + f"{r['gen_tokens_per_s']:>11.0f}")
+        print(f"{name:8}" + "".join(f"{r[p]:>11.3f}" for p in PHASES) + f"{r['gen_tokens_per_s']:>11.0f}")
     (OUT / "summary.json").write_text(json.dumps(results, indent=2))
     if gap > 1e-6:
         sys.exit("the two sides' rewards differ: the comparison is not of the same work")
     print(f"two_over_one_step={two['step'] / one['step']:.2f}")
+    print(f"two_over_threads_step={two['step'] / results['threads']['step']:.2f}")
 
 
 if __name__ == "__main__":
