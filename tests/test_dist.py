@@ -133,7 +133,7 @@ def _torchrun(args: list[str], nproc: int = 2, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=REPO)
 
 
-def _assert_same_run(a: Path, b: Path) -> None:
+def _assert_same_run(a: Path, b: Path, rel: float = REL, weight_tol: float = WEIGHT_TOL) -> None:
     ra, rb = _rows(a), _rows(b)
     assert len(ra) == len(rb)
     for x, y in zip(ra, rb):
@@ -141,15 +141,15 @@ def _assert_same_run(a: Path, b: Path) -> None:
         assert keys == {k for k in y if k != "time" and not k.startswith(("time/", "throughput/"))}
         for k in keys:
             if isinstance(x[k], float) or isinstance(y[k], float):
-                assert x[k] == pytest.approx(y[k], rel=REL, abs=TOL), (x["step"], k)
+                assert x[k] == pytest.approx(y[k], rel=rel, abs=TOL), (x["step"], k)
             else:
                 assert x[k] == y[k], (x["step"], k)
     ea, eb = (_flat(json.loads((d / "eval.json").read_text())) for d in (a, b))
-    assert ea.keys() == eb.keys() and all(ea[k] == pytest.approx(eb[k], rel=REL, abs=TOL) for k in ea)
+    assert ea.keys() == eb.keys() and all(ea[k] == pytest.approx(eb[k], rel=rel, abs=TOL) for k in ea)
     for role in [d.name for d in (a / "final").iterdir()]:
         wa, wb = load_file(a / "final" / role / "model.safetensors"), load_file(b / "final" / role / "model.safetensors")
         assert wa.keys() == wb.keys()
-        assert all(torch.allclose(wa[k], wb[k], rtol=0, atol=WEIGHT_TOL) for k in wa), role
+        assert all(torch.allclose(wa[k], wb[k], rtol=0, atol=weight_tol) for k in wa), role
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
@@ -233,3 +233,20 @@ def test_a_user_error_on_rank_0_reaches_every_rank(grpo_one):
     assert again.returncode != 0
     assert again.stderr.count("cotrain: error: run directory") == 2, again.stderr[-3000:]
     assert "Traceback" not in again.stderr.split("cotrain: error")[0]
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("recipe", ["sft", "frozen_verifier", "consistency", "triad", "reliability"])
+def test_every_other_recipe_on_two_processes_equals_one(recipe, tmp_path):
+    """The remaining recipes' shipped configs, 3 steps, on two processes and on one (make test-heavy).
+    These start from scratch at lr 1e-3, where AdamW's first steps amplify float differences most
+    (sft's gradient norm differs by 1e-5 relative at step 1 and 2e-4 at step 3, a weight by 1.2e-4):
+    metrics within 1e-3 relative, weights within 1e-3."""
+    config = REPO / "configs" / (f"{recipe}_smoke.yaml" if (REPO / "configs" / f"{recipe}_smoke.yaml").exists()
+                                 else f"{recipe}.yaml")
+    args = ["run", str(config), "train.steps=3", "log.progress=false", "eval.n=20", "eval.every=0"]
+    one = _single([*args, "--out", str(tmp_path / "one")])
+    assert one.returncode == 0, one.stderr
+    two = _torchrun([*args, "--out", str(tmp_path / "two")])
+    assert two.returncode == 0, two.stderr[-3000:]
+    _assert_same_run(tmp_path / "one", tmp_path / "two", rel=1e-3, weight_tol=1e-3)
