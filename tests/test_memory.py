@@ -223,7 +223,7 @@ def test_lora_errors_are_one_line(monkeypatch):
 
 
 def test_device_is_honoured_and_a_missing_one_fails_at_build_time():
-    from cotrain.recipes.tango import initial_verifier
+    from cotrain.runs.session import initial_verifier
 
     cfg = build_config(nano_config("tango", model={"preset": "nano", "device": "cpu"}, verifier={"device": "cpu"}))
     assert next(initial_model(cfg)[0].parameters()).device.type == "cpu"

@@ -80,7 +80,6 @@ from cotrain.models.prompts import (
 )
 from cotrain.models.verify import verify
 from cotrain.recipes.policy import optimizer_step, policy_backward, sequence_logprobs, supervised_step, zero_grads
-from cotrain.recipes.tango import initial_verifier
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.rl.selfplay import (
     dpo_loss,
@@ -107,6 +106,7 @@ from cotrain.runs.session import (
     eval_during_training,
     finish,
     initial_model,
+    initial_verifier,
     make_optimizer,
     maybe_checkpoint,
     open_session,

@@ -62,7 +62,7 @@ from cotrain import dist
 from cotrain.config import RunConfig
 from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, injected_error_set
 from cotrain.eval.verifier_metrics import verdict_metrics
-from cotrain.models.build import build_model, load_model, prepare_for_training, reference_model, save_model
+from cotrain.models.build import load_model, reference_model, save_model
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
 from cotrain.models.verify import encode_verifier_prompts, step_ends, verify
@@ -79,44 +79,28 @@ from cotrain.rl.tango import (
     verifier_rewards,
 )
 from cotrain.roles.verifier import reference_verification, split_steps
-from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
+from cotrain.runs.rundir import Progress, list_checkpoints
 from cotrain.runs.session import (
     Compute,
     Sampler,
     StepTimer,
     build_task,
     derive_seed,
-    device,
     eval_during_training,
     eval_kwargs,
     finish,
     initial_model,
+    initial_verifier,
     make_optimizer,
     maybe_checkpoint,
     open_session,
     rollout_tokens,
     sample_batch,
-    shard_if_asked,
     training_pool,
 )
 from cotrain.tasks.base import blind
 
 ROLES = ("gen", "ver")
-
-
-def initial_verifier(cfg: RunConfig):
-    """The verifier a run starts from: `verifier.model` (from scratch), `verifier.init`, or the run's start;
-    with the memory options of `verifier.model` (else of `model`), on `verifier.device` when set."""
-    v = cfg.verifier
-    mcfg = v.model or cfg.model
-    if v.model is not None:
-        verifier, vtok = build_model(v.model, seed=derive_seed(cfg.seed, "verifier"))
-    elif v.init or cfg.init:
-        verifier, vtok = load_model(resolve_model_dir(v.init or cfg.init), dtype=mcfg.dtype)
-    else:
-        verifier, vtok = build_model(cfg.model, seed=derive_seed(cfg.seed, "verifier"))
-    mcfg = mcfg.model_copy(update={"device": v.device}) if v.device else mcfg
-    return shard_if_asked(prepare_for_training(verifier, mcfg, device()), cfg), vtok
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:

@@ -207,7 +207,7 @@ def first_rollout(cfg: RunConfig) -> dict:
 def build_roles(cfg: RunConfig) -> dict[str, tuple]:
     """{role: (model, tokenizer, where it comes from)} of every model a run of `cfg` builds, by the
     recipes' own rules; one entry when proposer, solver and judge share the generator."""
-    from cotrain.recipes.tango import initial_verifier  # the recipes' own rule, so a check loads what a run loads
+    from cotrain.runs.session import initial_verifier  # the recipes' own rule, so a check loads what a run loads
 
     # every checkpoint path first: a wrong one fails before minutes of loading the others
     for path in (cfg.init, cfg.verifier.init, cfg.selfplay.proposer_init):

@@ -74,6 +74,21 @@ def initial_model(cfg: RunConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
     return shard_if_asked(prepare_for_training(model, cfg.model, device()), cfg), tokenizer
 
 
+def initial_verifier(cfg: RunConfig):
+    """The verifier a run starts from: `verifier.model` (from scratch), `verifier.init`, or the run's start;
+    with the memory options of `verifier.model` (else of `model`), on `verifier.device` when set."""
+    v = cfg.verifier
+    mcfg = v.model or cfg.model
+    if v.model is not None:
+        verifier, vtok = build_model(v.model, seed=derive_seed(cfg.seed, "verifier"))
+    elif v.init or cfg.init:
+        verifier, vtok = load_model(resolve_model_dir(v.init or cfg.init), dtype=mcfg.dtype)
+    else:
+        verifier, vtok = build_model(cfg.model, seed=derive_seed(cfg.seed, "verifier"))
+    mcfg = mcfg.model_copy(update={"device": v.device}) if v.device else mcfg
+    return shard_if_asked(prepare_for_training(verifier, mcfg, device()), cfg), vtok
+
+
 def shard_if_asked(model, cfg: RunConfig):
     """`model` sharded with FSDP2 when `train.fsdp` is set and the run has several processes."""
     return dist.shard_model(model) if cfg.train.fsdp and dist.world() > 1 else model
