@@ -250,3 +250,32 @@ def test_every_other_recipe_on_two_processes_equals_one(recipe, tmp_path):
     two = _torchrun([*args, "--out", str(tmp_path / "two")])
     assert two.returncode == 0, two.stderr[-3000:]
     _assert_same_run(tmp_path / "one", tmp_path / "two", rel=1e-3, weight_tol=1e-3)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["rollout.engine=vllm", "train.fsdp=true"], "vllm with train.fsdp"),
+    (["rollout.engine=vllm", "grpo.top_p=0.9"], "set grpo.top_p: 1"),
+    (["recipe=triad", "train.fsdp=true"], "train.fsdp is not supported by recipe triad"),
+    (["train.fsdp=true", "model.lora_r=8"], "train.fsdp with LoRA"),
+])
+def test_unsupported_combinations_are_one_line_errors(overrides, message):
+    from cotrain.config import build_config
+    from cotrain.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        build_config({}, overrides)
+
+
+def test_a_named_gpu_index_is_refused_under_torchrun(monkeypatch):
+    from cotrain.errors import UserError
+    from cotrain.models.build import resolve_device
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="each process uses its own GPU"):
+        resolve_device("cuda:1")
+    assert resolve_device("cpu").type == "cpu"
+
+
+def test_map_shards_is_the_plain_map_in_one_process():
+    assert dist.map_shards(lambda x: x * x, [1, 2, 3]) == [1, 4, 9]
+    assert dist.map_shards(lambda x: x, []) == []

@@ -345,3 +345,8 @@ def test_vllm_engine_is_refused_where_it_does_not_sample():
 
     with pytest.raises(UserError, match="rollout.engine: vllm samples the generator of grpo"):
         build_config({"recipe": "triad", "rollout": {"engine": "vllm"}})
+
+
+def test_a_process_given_no_prompts_gets_an_empty_rollout(fake_vllm):
+    ro = VllmEngine("m").generate([], group_size=4, max_new_tokens=8, eos_id=EOS, pad_id=PAD)
+    assert ro.completion_ids.shape[0] == 0 and ro.truncated.shape == (0,)

@@ -331,6 +331,11 @@ class RunConfig(_Section):
             raise ValueError(f"train.fsdp is not supported by recipe {self.recipe}; set train.fsdp: false")
         if self.train.fsdp and (self.model.lora_r or (self.verifier.model and self.verifier.model.lora_r)):
             raise ValueError("train.fsdp with LoRA (model.lora_r > 0) is not supported; use one of them")
+        if self.rollout.engine == "vllm" and self.train.fsdp:
+            raise ValueError("rollout.engine: vllm with train.fsdp is not supported; use one of them")
+        if self.rollout.engine == "vllm" and self.grpo.top_p < 1:
+            raise ValueError("rollout.engine: vllm reports log-probs renormalised over the top-p nucleus, which the "
+                             "importance weights cannot match; set grpo.top_p: 1")
         if self.rollout.engine == "vllm" and self.recipe not in VLLM_RECIPES:
             raise ValueError(f"rollout.engine: vllm samples the generator of {', '.join(VLLM_RECIPES)}; "
                              f"recipe {self.recipe} uses rollout.engine: hf")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from cotrain import dist
 from cotrain.errors import UserError
 from cotrain.eval.metrics import majority_answer, pass_at_k
 from cotrain.models.generate import generate
@@ -32,7 +33,7 @@ def greedy_accuracy(model, tokenizer, task: Task, problems: list[Problem], *, ma
     """Fraction of `problems` whose greedy completion is graded correct."""
     texts, _, _ = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
                             max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, seed=None)
-    return sum(task.grade(t, p) for t, p in zip(texts, problems)) / len(problems)
+    return sum(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems)))) / len(problems)
 
 
 def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, split: str, *,
@@ -45,7 +46,7 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
     texts, truncated, lengths = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
                                           max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16,
                                           seed=None)
-    correct = [task.grade(t, p) for t, p in zip(texts, problems)]
+    correct = dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems)))
     out = {"pass@1": sum(correct) / len(problems), "n": len(problems),
            "len_mean": sum(lengths) / len(lengths), "truncated_ratio": sum(truncated) / len(truncated)}
     if k >= 2 and n_sampled > 0:  # k = 1 would only repeat pass@1 with sampling noise

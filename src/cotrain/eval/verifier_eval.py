@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from cotrain import dist
 from cotrain.eval.evaluate import EVAL_SEED, _complete
 from cotrain.eval.verifier_metrics import best_of_n, earliest_error_metrics, first_error, verdict_metrics, weighted_vote
 from cotrain.models.verify import verify_batched
@@ -49,7 +50,7 @@ def evaluate_on_injected(verifier, tokenizer, task: Task, items: list[tuple[Prob
         return {}
     parsed = verify_batched(verifier, tokenizer, [p.question for p, _, _ in items], [s for _, s, _ in items],
                             batch_size=batch_size, greedy=True, max_new_tokens=max_new_tokens, bf16=bf16)
-    correct = [task.grade(s, p) >= 1 for p, s, _ in items]
+    correct = dist.map_shards(lambda item: task.grade(item[1], item[0]) >= 1, items)
     out = verdict_metrics([v.final for v in parsed], correct, [verifier_score(v) for v in parsed])
     # a verification that approves the solution but flags no step, or rejects it and flags none, is
     # read at face value: its earliest error is the first step it marks wrong, if any
@@ -82,7 +83,7 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     texts, _, _ = _complete(generator, gen_tokenizer, problems, k, greedy=False, temperature=temperature,
                             max_new_tokens=gen_max_new_tokens, batch_size=batch_size, bf16=bf16, seed=EVAL_SEED)
     flat_problems = [p for p in problems for _ in range(k)]
-    correct = [task.grade(t, p) >= 1 for t, p in zip(texts, flat_problems)]
+    correct = dist.map_shards(lambda tp: task.grade(*tp) >= 1, list(zip(texts, flat_problems)))
     answers = [task.extract_answer(t) for t in texts]
     equal = getattr(task, "answers_equal", None)
     out = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import string
 from pathlib import Path
 
@@ -240,6 +241,9 @@ def resolve_device(name: str | torch.device | None) -> torch.device:
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
+    if dev.index is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError(f"device {str(name)!r}: under torchrun each process uses its own GPU (LOCAL_RANK); leave "
+                        "model.device / verifier.device unset or name a kind (cuda, cpu)")
     if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
         raise UserError(f"device {str(name)!r} is not available: this machine has {torch.cuda.device_count()} CUDA "
                         "device(s); set model.device / verifier.device to one it has, or leave it unset")

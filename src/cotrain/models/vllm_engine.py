@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from cotrain.errors import UserError
-from cotrain.models.generate import Rollout, left_pad
+from cotrain.models.generate import Rollout, _empty_rollout, left_pad
 
 
 def _is_peft(model: nn.Module) -> bool:
@@ -187,6 +187,8 @@ class VllmEngine:
         decoding asks vLLM for one completion per prompt (it refuses n > 1 without sampling) and
         repeats it `group_size` times.
         """
+        if not prompts:  # a process given no prompts of this step
+            return _empty_rollout()
         assert not self._asleep, "the vLLM engine is asleep: call wake_up() before generate()"
         assert not self._weights_discarded, "a level-2 sleep discarded the vLLM weights: call sync_weights() first"
         n = 1 if greedy else group_size

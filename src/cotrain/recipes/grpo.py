@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from cotrain import dist
 from cotrain.config import RunConfig
 from cotrain.models.build import reference_model
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
@@ -86,7 +87,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         timer.lap("gen", generated)
 
         # -------------------------------------------------------------- reward and advantage
-        rewards = torch.tensor([task.grade(t, p) for t, p in zip(texts, problems)])  # [B*G]
+        # graded once per sample across processes: every rank gets the same rewards, time limits or not
+        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))))  # [B*G]
         advantages = group_advantages(rewards, g.group_size, g.scale_rewards)          # [B*G]
         mask = ro.completion_mask.clone()                                              # [B*G, T]
         if g.mask_truncated:

@@ -512,7 +512,8 @@ def warmup_proposer(cfg: RunConfig, proposer, ptok, seeds: list[str], compute: C
                                                                         "warmup_steps": 10, "schedule": "constant"}),
                                 sp.proposer_warmup_steps)
     rng = random.Random(derive_seed(cfg.seed, "proposer-warmup"))
-    progress = Progress(sp.proposer_warmup_steps, enabled=cfg.log.progress, desc="proposer warm-up (sft)")
+    progress = Progress(sp.proposer_warmup_steps, enabled=cfg.log.progress and dist.is_main(),
+                        desc="proposer warm-up (sft)")
     losses = []
     for step in range(1, sp.proposer_warmup_steps + 1):
         batch = [rng.choice(seeds) for _ in range(cfg.verifier.warmup_batch_size)]

@@ -144,11 +144,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         agreement with its group's majority answer (None: the group has no majority)."""
         if label_free:
             return pseudo_labels([task.extract_answer(t) for t in texts], group_size, cfg.consistency.min_share)
-        return [task.grade(t, p) >= 1 for t, p in zip(texts, problems)]
+        return dist.map_shards(lambda tp: task.grade(*tp) >= 1, list(zip(texts, problems)))
 
     def truth_of(texts: list[str], problems: list) -> list[bool]:
         """Ground-truth correctness, for the metrics alone."""
-        return [task.grade(t, truth[p.question]) >= 1 for t, p in zip(texts, problems)]
+        return dist.map_shards(lambda tp: task.grade(tp[0], truth[tp[1].question]) >= 1, list(zip(texts, problems)))
 
     def eval_verifier() -> dict[str, float]:
         m = evaluate_on_injected(verifier, vtok, task, heldout, max_new_tokens=v.max_new_tokens,
@@ -423,7 +423,7 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
                                                                         "schedule": "constant"}), v.warmup_sft_steps)
     losses = []
     rng = random.Random(derive_seed(cfg.seed, "warmup-order"))
-    progress = Progress(v.warmup_sft_steps, enabled=cfg.log.progress, desc="verifier warm-up (sft)")
+    progress = Progress(v.warmup_sft_steps, enabled=cfg.log.progress and dist.is_main(), desc="verifier warm-up (sft)")
     for step in range(1, v.warmup_sft_steps + 1):
         idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size)]
         prompts = encode_verifier_prompts(vtok, [pairs[i][0].question for i in idx], [pairs[i][1] for i in idx])
