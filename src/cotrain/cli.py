@@ -47,8 +47,10 @@ def cmd_run(args) -> int:
     main_process = dist.is_main()
     try:
         results = _recipe(cfg.recipe).run(cfg, out, resume=args.resume)
-    finally:
-        dist.close()
+    except BaseException:
+        dist.close(wait=False)
+        raise
+    dist.close()
     if main_process:
         _print_results(out, results)
     return 0

@@ -39,8 +39,13 @@ def init() -> None:
     td.init_process_group(backend, timeout=datetime.timedelta(minutes=int(os.environ.get("COTRAIN_DIST_TIMEOUT_MIN", "30"))))
 
 
-def close() -> None:
+def close(wait: bool = True) -> None:
+    """Leave the process group; with `wait`, once every rank is done (rank 0 may still be writing plots:
+    a rank that tears its group down while another still uses it can abort the run). After an error,
+    leave at once: the other ranks may never reach the barrier."""
     if td.is_initialized():
+        if wait:
+            td.barrier()
         td.destroy_process_group()
 
 
