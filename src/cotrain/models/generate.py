@@ -106,15 +106,18 @@ def generate(
             same whatever the number of processes. None draws from torch's global generator.
     """
     model = dist.plain_copy(model)  # a model sharded with FSDP2 samples from its plain copy
+    return split_by_rank(prompts, pad_id, lambda mine, first: _generate(
+        model, mine, first, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id, temperature=temperature,
+        top_p=top_p, greedy=greedy, seed=seed, bf16=bf16, group_size=group_size))
+
+
+def split_by_rank(prompts: list[list[int]], pad_id: int, sample) -> Rollout:
+    """`sample(my_prompts, index_of_my_first_prompt)` on this process's block of the prompts, the rollouts
+    of all processes gathered in prompt order (with one process: `sample(prompts, 0)`)."""
     if dist.world() == 1:
-        return _generate(model, prompts, 0, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
-                         temperature=temperature, top_p=top_p, greedy=greedy, seed=seed, bf16=bf16,
-                         group_size=group_size)
+        return sample(prompts, 0)
     mine = dist.shard(len(prompts))
-    local = _generate(model, [prompts[i] for i in mine], mine.start, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                      pad_id=pad_id, temperature=temperature, top_p=top_p, greedy=greedy, seed=seed, bf16=bf16,
-                      group_size=group_size)
-    return concat_rollouts(dist.gather_objects(local), pad_id)
+    return concat_rollouts(dist.gather_objects(sample([prompts[i] for i in mine], mine.start)), pad_id)
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:

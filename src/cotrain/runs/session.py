@@ -19,7 +19,7 @@ from cotrain.config import RunConfig, TrainConfig
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import evaluate_generator, evaluate_split
 from cotrain.models.build import build_model, load_model, load_weights, prepare_for_training
-from cotrain.models.generate import concat_rollouts, generate
+from cotrain.models.generate import generate, split_by_rank
 from cotrain.runs.rundir import (
     MetricsLogger,
     NullLogger,
@@ -282,9 +282,8 @@ class Sampler:
         """`generate(model, prompts, seed=seed, bf16=bf16, **kwargs)`, on the configured engine."""
         if self.engine is None:
             return generate(model, prompts, seed=seed, bf16=bf16, **kwargs)
-        mine = dist.shard(len(prompts))
-        local = self.engine.generate([prompts[i] for i in mine], seed=derive_seed(seed, mine.start), **kwargs)
-        return concat_rollouts(dist.gather_objects(local), self.pad_id)
+        return split_by_rank(prompts, self.pad_id, lambda mine, first: self.engine.generate(
+            mine, seed=derive_seed(seed, first), **kwargs))
 
     def before_update(self) -> None:
         if self.engine is not None:
