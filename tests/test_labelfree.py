@@ -15,6 +15,7 @@ from cotrain.roles import proposer
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import HIDDEN, LabelLeak, Problem, blind
 from tests.conftest import nano_config
+from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
 from tests.test_tango import WARMUP, _changed, _weights
 
@@ -183,25 +184,60 @@ def test_curriculum_raises_the_level_as_accuracy_rises(sft_run, tmp_path):
 # ---------------------------------------------------------------------- regression and resume
 
 
+def _golden_config(recipe: str, start: Path, verifier: Path) -> dict:
+    return labelfree_config(recipe, start, verifier, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 1},
+                            eval={"every": 0})
+
+
 @pytest.mark.parametrize("recipe", ["consistency", "triad", "reliability"])
 def test_label_free_fixed_seed_regression_and_resume(sft_run, warm_verifier, tmp_path, recipe):
-    """Same seed -> same metrics (golden values); killed after step 2 and resumed -> identical run."""
-    start, _ = sft_run
-    raw = labelfree_config(recipe, start, warm_verifier, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 1},
-                           eval={"every": 0})
+    """Same seed -> the golden metrics; killed after step 2 and resumed -> identical run."""
     cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(raw))
+    cfg_path.write_text(yaml.safe_dump(_golden_config(recipe, sft_run[0], warm_verifier)))
     run_killed_and_resumed(cfg_path, tmp_path, "step_2")
-    key = "gen/reward" if recipe != "reliability" else "prop/reward"
-    got = [round(r[key], 6) for r in _rows(tmp_path / "full") if key in r]
-    assert got == GOLDEN[recipe], got
+    assert_golden(tmp_path / "full", GOLDEN[recipe])
     assert json.loads((tmp_path / "full" / "eval.json").read_text())["generator"]["test"]["n"] == 20
 
 
-# What this code produced on CPU (seed 0, the nano world of conftest.py).
-GOLDEN = {"consistency": [0.25, 0.28125, 0.28125, 0.1875],          # gen/reward
-          "triad": [0.582031, 0.609375, 0.598958, 0.492188],        # gen/reward
-          "reliability": [1.684896, 1.664062, 1.617838, 1.716146]}  # prop/reward
+# What this code produced (seed 0, the float64 nano world of conftest.py); holds on any x86-64 CPU
+# (tests/golden.py).
+GOLDEN = {
+    "consistency": {"gen/reward": [0.28125, 0.1875, 0.0, 0.1875],
+                    "gen/loss": [0.01321097139, 0.02480229720, 0.01856976528, 0.005581633041],
+                    "gen/grad_norm": [1.009889622, 1.905316478, 0.09113441291, 2.114983256],
+                    "ver/reward": [0.3125, 0.365624994],
+                    "ver/grad_norm": [0.5944584350, 0.7199689596]},
+    "triad": {"gen/reward": [0.53515625, 0.59375, 0.584821403, 0.56640625],
+              "gen/grad_norm": [1.223903230, 0.5534950339, 1.351905681, 0.9435455598],
+              "prop/reward": [0.9348958731, 0.9348958135, 0.8671875596, 0.9557291865],
+              "prop/grad_norm": [2.513580357, 2.208278352, 1.923146776, 1.112461409]},
+    "reliability": {"prop/reward": [1.62890625, 1.738932371, 1.610677004, 1.723958373],
+                    "prop/grad_norm": [2.673143969, 3.461092620, 2.665537609, 1.693503171],
+                    "gen/loss": [0.6931471806, 0.6976849579, 0.6539351545, 0.5903298689],
+                    "gen/grad_norm": [3.766030222, 5.944323520, 7.768929463, 1.384734429]}}
+
+
+def _flip_sep(f):
+    def mutated(*args, **kwargs):
+        signals = f(*args, **kwargs)
+        return {**signals, "sep": -signals["sep"]}
+    return mutated
+
+
+MUTATIONS = {
+    "consistency": ("pseudo-labels inverted", tango, "pseudo_labels",
+                    lambda f: lambda *a, **k: [None if x is None else not x for x in f(*a, **k)]),
+    "triad": ("solver reward blind to the judge", selfplay, "mae_solver_reward", lambda f: lambda judge, fmt: f(0.5, fmt)),
+    "reliability": ("R_sep sign flipped", selfplay, "reliability_signals", _flip_sep),
+}
+
+
+@pytest.mark.parametrize("recipe", list(MUTATIONS))
+def test_label_free_golden_catches_a_mutation(sft_run, warm_verifier, tmp_path, monkeypatch, recipe):
+    mutation, module, name, mutate = MUTATIONS[recipe]
+    monkeypatch.setattr(module, name, mutate(getattr(module, name)))
+    _run(recipe, _golden_config(recipe, sft_run[0], warm_verifier), tmp_path)
+    assert mismatch(golden_metrics(tmp_path, list(GOLDEN[recipe])), GOLDEN[recipe]) is not None, f"{mutation}: golden still holds"
 
 
 # ---------------------------------------------------------------------- the proposer's format

@@ -15,7 +15,9 @@ from safetensors.torch import load_file
 
 from cotrain.config import build_config
 from cotrain.recipes import grpo
+from cotrain.rl import losses
 from tests.conftest import nano_config
+from tests.golden import assert_golden, golden_metrics, mismatch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,31 +76,50 @@ def test_grpo_variants_run(sft_run, tmp_path, overrides):
         assert all(math.isfinite(r["gen/clip_ratio"]) for r in rows)
 
 
-# Fixed-seed regression: what this code produced on CPU (seed 0, the nano world of conftest.py).
-# A change to any of them means the numbers of the algorithm changed, which must be deliberate.
-GOLDEN_REWARDS = [0.1875, 0.0625, 0.125, 0.0, 0.0625, 0.0625]
-GOLDEN_TEST = {"pass@1": 0.05, "len_mean": 15.925, "truncated_ratio": 0.025}
+# Fixed-seed regression: what this code produced (seed 0, the float64 nano world of conftest.py, with a
+# KL term so that a dropped one shows). A change to any value means the numbers of the algorithm
+# changed, which must be deliberate. They hold on any x86-64 CPU (tests/golden.py).
+GRPO_GOLDEN_CONFIG = {"grpo": {"group_size": 4, "max_new_tokens": 24, "beta": 0.04}}
+GRPO_GOLDEN = {"gen/reward": [0.3125, 0.125, 0.125, 0.125, 0.0, 0.0],
+               "gen/loss": [1.862645e-09, 0.007878596975, 0.01338242213, 0.01690187512, 0.01504017418, 0.02175545884],
+               "gen/grad_norm": [0.8331441653, 1.274487730, 0.3091328951, 3.054744459, 0.1477250543, 0.2014073477],
+               "gen/kl": [0.0, 0.2159635102, 0.3307534232, 0.4119996155, 0.3790449849, 0.5708370595]}
+GOLDEN_TEST = {"pass@1": 0.05, "len_mean": 14.475, "truncated_ratio": 0.0}
 
 
 def test_grpo_fixed_seed_regression(sft_run, tmp_path):
     start, _ = sft_run
-    cfg = build_config(nano_config("grpo", init=str(start)))
+    cfg = build_config(nano_config("grpo", init=str(start), **GRPO_GOLDEN_CONFIG))
     grpo.run(cfg, tmp_path / "a")
-    cfg2 = build_config(nano_config("grpo", init=str(start)))
+    cfg2 = build_config(nano_config("grpo", init=str(start), **GRPO_GOLDEN_CONFIG))
     grpo.run(cfg2, tmp_path / "b")
     ra = [r for r in _rows(tmp_path / "a") if "gen/reward" in r]
     rb = [r for r in _rows(tmp_path / "b") if "gen/reward" in r]
     def strip(rows):
         return [{k: v for k, v in r.items() if not k.startswith(("time", "throughput/"))} for r in rows]
-    assert strip(ra) == strip(rb), "same seed, different metrics"
-    assert [r["gen/reward"] for r in ra] == GOLDEN_REWARDS
+    assert strip(ra) == strip(rb), "same seed, different metrics"  # exact on one machine
+    assert_golden(tmp_path / "a", GRPO_GOLDEN)
     got = json.loads((tmp_path / "a" / "eval.json").read_text())["generator"]["test"]
     assert {k: got[k] for k in GOLDEN_TEST} == pytest.approx(GOLDEN_TEST)
     assert json.loads((tmp_path / "a" / "eval.json").read_text()) == json.loads((tmp_path / "b" / "eval.json").read_text())
-    cfg3 = build_config(nano_config("grpo", init=str(start), seed=1))
+    cfg3 = build_config(nano_config("grpo", init=str(start), seed=1, **GRPO_GOLDEN_CONFIG))
     grpo.run(cfg3, tmp_path / "c")
     rc = [r for r in _rows(tmp_path / "c") if "gen/reward" in r]
     assert strip(rc) != strip(ra), "the seed does not reach the rollouts"
+
+
+GRPO_MUTATIONS = {
+    "advantage sign flipped": (grpo, "group_advantages", lambda f: lambda *a, **k: -f(*a, **k)),
+    "KL term dropped": (losses, "kl_k3", lambda f: lambda logp, ref_logp: torch.zeros_like(logp)),
+}
+
+
+@pytest.mark.parametrize("mutation", list(GRPO_MUTATIONS))
+def test_grpo_golden_catches_a_mutation(sft_run, tmp_path, monkeypatch, mutation):
+    module, name, mutate = GRPO_MUTATIONS[mutation]
+    monkeypatch.setattr(module, name, mutate(getattr(module, name)))
+    grpo.run(build_config(nano_config("grpo", init=str(sft_run[0]), **GRPO_GOLDEN_CONFIG)), tmp_path)
+    assert mismatch(golden_metrics(tmp_path, list(GRPO_GOLDEN)), GRPO_GOLDEN) is not None, f"{mutation}: golden still holds"
 
 
 def _cli(args, **kw):

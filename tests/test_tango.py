@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from cotrain.config import build_config
 from cotrain.recipes import tango
 from tests.conftest import nano_config
+from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
 
 # A verifier warm-up long enough to learn the check format in the test world, short enough for CI.
@@ -124,20 +125,41 @@ def test_tango_variants_run(sft_run, tmp_path, overrides):
     assert all(math.isfinite(r.get("gen/loss", 0.0)) for r in _rows(tmp_path))
 
 
+def _golden_config(start: Path) -> dict:
+    return tango_config(start, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 1},
+                        eval={"k": 0, "n": 20, "every": 0})
+
+
 def test_tango_fixed_seed_regression_and_resume(sft_run, tmp_path):
-    """Same seed -> same metrics; a run killed after its step-2 checkpoint and resumed ends identical."""
-    start, _ = sft_run
-    raw = tango_config(start, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 1},
-                       eval={"k": 0, "n": 20, "every": 0})
+    """Same seed -> the golden metrics; a run killed after its step-2 checkpoint and resumed ends identical."""
     cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(raw))
+    cfg_path.write_text(yaml.safe_dump(_golden_config(sft_run[0])))
     run_killed_and_resumed(cfg_path, tmp_path, "step_2")
+    assert_golden(tmp_path / "full", TANGO_GOLDEN)
     a = json.loads((tmp_path / "full" / "eval.json").read_text())
-    rows = [r for r in _rows(tmp_path / "full") if "gen/reward" in r]
-    assert [round(r["gen/reward"], 6) for r in rows] == GOLDEN_GEN_REWARDS
-    assert round(a["verifier_warmup"]["test_injected"]["accuracy"], 6) == GOLDEN_WARMUP_ACC
+    assert a["verifier_warmup"]["test_injected"]["accuracy"] == pytest.approx(GOLDEN_WARMUP_ACC, abs=1e-9)
 
 
-# Fixed-seed regression: what this code produced on CPU (seed 0, the nano world of conftest.py).
-GOLDEN_GEN_REWARDS = [0.1875, 0.0625, 0.125, 0.125]
-GOLDEN_WARMUP_ACC = 0.4
+# Fixed-seed regression: what this code produced (seed 0, the float64 nano world of conftest.py); holds
+# on any x86-64 CPU (tests/golden.py).
+TANGO_GOLDEN = {"gen/reward": [0.3125, 0.25, 0.125, 0.0625],
+                "gen/loss": [0.01321096723, 0.05335796136, 0.04613797386, 4.019392e-09],
+                "gen/grad_norm": [0.8421197335, 0.8301880931, 0.4453923659, 0.8155567675],
+                "ver/reward": [0.4125000238, 0.6625000238],
+                "ver/grad_norm": [1.298677062, 1.412711766]}
+GOLDEN_WARMUP_ACC = 0.475
+
+TANGO_MUTATIONS = {
+    # each verdict scored against the correctness of the next solution
+    "verifier reward off by one": (tango, "verifier_rewards",
+                                   lambda f: lambda final, correct, *a, **k: f(final, correct[1:] + correct[:1], *a, **k)),
+    "process advantage sign flipped": (tango, "process_advantages", lambda f: lambda *a, **k: -f(*a, **k)),
+}
+
+
+@pytest.mark.parametrize("mutation", list(TANGO_MUTATIONS))
+def test_tango_golden_catches_a_mutation(sft_run, tmp_path, monkeypatch, mutation):
+    module, name, mutate = TANGO_MUTATIONS[mutation]
+    monkeypatch.setattr(module, name, mutate(getattr(module, name)))
+    tango.run(build_config(_golden_config(sft_run[0])), tmp_path)
+    assert mismatch(golden_metrics(tmp_path, list(TANGO_GOLDEN)), TANGO_GOLDEN) is not None, f"{mutation}: golden still holds"

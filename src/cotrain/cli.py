@@ -77,6 +77,7 @@ def cmd_eval(args) -> int:
     from cotrain.config import build_config
     from cotrain.eval.evaluate import evaluate_generator
     from cotrain.models.build import load_model
+    from cotrain.precision import resolve_bf16
     from cotrain.runs.rundir import resolve_model_dir, write_json_atomic
     from cotrain.runs.session import device, eval_kwargs
     from cotrain.tasks import make_task
@@ -86,6 +87,8 @@ def cmd_eval(args) -> int:
     cfg = build_config({"task": {"name": args.task}}, list(args.overrides or []) + flags)
     model, tokenizer = load_model(resolve_model_dir(args.checkpoint))
     model.to(device())
+    cfg.train.bf16, line = resolve_bf16(cfg.train.bf16, [device()])
+    print(line, file=sys.stderr, flush=True)
     task = make_task(cfg.task.name, **cfg.task.options())
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
                                                **eval_kwargs(cfg))}

@@ -25,10 +25,11 @@ class ModelConfig(_Section):
     tokenizer: Literal["char"] = Field("char", description="Tokenizer for a preset model (character level).")
     path: str | None = Field(None, description="Load a pretrained model from a directory or hub id instead of a preset.")
     max_length: int = Field(512, ge=16, description="Maximum positions of a preset model.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
+    dtype: Literal["float32", "bfloat16", "float16", "float64"] = Field("float32", description=(
         "Dtype the weights are loaded or built in. bfloat16 halves the memory of weights, gradients and AdamW "
         "moments and is what real runs on GPUs use (with LoRA the adapter stays float32, the frozen base is "
-        "bfloat16); float32 keeps every small update of a full fine-tune. train.bf16 (autocast) is separate."))
+        "bfloat16); float32 keeps every small update of a full fine-tune; float64 makes a tiny run's results "
+        "the same on every CPU (no sampled token flips with the kernels' rounding). train.bf16 (autocast) is separate."))
     gradient_checkpointing: bool = Field(False, description=(
         "Recompute each layer's activations in the backward pass instead of keeping them: less memory, "
         "~30% more compute per training step; generation is unaffected."))
@@ -83,9 +84,10 @@ class TrainConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping by global norm.")
-    bf16: bool = Field(False, description=(
-        "torch.autocast to bfloat16 for forward passes (CPU and GPU). On the tiny CPU models it speeds SFT "
-        "by ~5% and slows GRPO by ~20% (sampling); on GPUs and larger models turn it on."))
+    bf16: bool | Literal["auto"] = Field("auto", description=(
+        "torch.autocast to bfloat16 for forward passes. auto: on where bf16 is native (CUDA GPUs with bf16, CPUs "
+        "with AVX512-BF16 or AMX), fp32 elsewhere; the choice is printed at start and kept in env.json. true on "
+        "a CPU without native bf16 warns: emulated bf16 ran 16x slower than fp32 on an AVX2 CPU."))
     fsdp: bool = Field(False, description=(
         "Under torchrun, shard weights, gradients and optimizer states over the processes (FSDP2, one unit per "
         "decoder layer); rollouts and evaluation use a plain copy of the weights refreshed after each update."))

@@ -32,9 +32,15 @@ class Rollout:
 
 def autocast(enabled: bool, device: torch.device | str = "cpu"):
     """bf16 autocast on CPU or GPU, or nothing."""
+    assert isinstance(enabled, bool), f"bf16 must be settled to true or false before use (got {enabled!r})"
     if not enabled:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """Logits in at least float32 (bf16/fp16 logits are upcast; float64 ones stay float64)."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,8 +162,9 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
     prompt_ids, prompt_mask = left_pad(prompts, pad_id)                         # [B, P]
     n = len(prompts) * group_size
     out_ids = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
-    out_logp = torch.zeros((n, max_new_tokens))
-    out_entropy = torch.zeros((n, max_new_tokens))
+    logit_dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)  # float64 models keep float64
+    out_logp = torch.zeros((n, max_new_tokens), dtype=logit_dtype)
+    out_entropy = torch.zeros((n, max_new_tokens), dtype=logit_dtype)
     out_mask = torch.zeros((n, max_new_tokens), dtype=torch.long)
     truncated = torch.ones(n, dtype=torch.bool)
     noise = None
@@ -178,7 +185,7 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
         logits, attn, next_pos = (x.repeat_interleave(group_size, dim=0) for x in (logits, attn, next_pos))
         prompt_ids, prompt_mask = (x.repeat_interleave(group_size, dim=0) for x in (prompt_ids, prompt_mask))
     for t in range(max_new_tokens):
-        logits = logits.float()
+        logits = upcast(logits)
         if greedy:
             tokens = logits.argmax(-1)
             logp_all = logits.log_softmax(-1)
@@ -233,7 +240,7 @@ def completion_logprobs(
     p = prompt_ids.shape[1]
     with autocast(bf16, device):
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-    logits = logits[:, p - 1:-1].float() / temperature                       # [N, T, V]
+    logits = upcast(logits[:, p - 1:-1]) / temperature                       # [N, T, V]
     targets = completion_ids.to(device)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # [N, T]
     entropy = None
@@ -288,7 +295,7 @@ def group_logprobs(
             rest = model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
                          position_ids=c_pos[:, :-1], past_key_values=cache, use_cache=True).logits  # [N, T-1, V]
             first = torch.cat([first, rest], dim=1)
-    logits = first.float() / temperature                                                          # [N, T, V]
+    logits = upcast(first) / temperature                                                        # [N, T, V]
     targets = completion_ids.to(device)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)   # [N, T]
     entropy = None

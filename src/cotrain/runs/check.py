@@ -32,6 +32,7 @@ from cotrain.models.prompts import (
     uses_chat,
 )
 from cotrain.models.verify import verify
+from cotrain.precision import resolve_bf16
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.runs.session import build_task, derive_seed, device, initial_model, sample_batch, training_pool
 
@@ -66,11 +67,13 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         torch.cuda.reset_peak_memory_stats(i)
     g, t = cfg.grpo, cfg.train
     report: dict = {"recipe": cfg.recipe}
+    t.bf16, precision_line = resolve_bf16(t.bf16, [cfg.model.device or device()])
     plan = first_rollout(cfg)
     per_step, group = plan["prompts_per_step"], plan["group_size"]
     say(f"config    {cfg.recipe}: {t.steps} steps of {per_step} {plan['unit']}, micro-batch "
         f"{t.micro_batch_size or 'whole batch'}, lr {t.lr:g}, autocast bf16 {'on' if t.bf16 else 'off'}, "
         f"weights {cfg.model.dtype}")
+    say(f"          {precision_line}")
 
     # ------------------------------------------------------------------ task and data
     # what a run reads: the training pool, and the problems the final evaluation draws from each split

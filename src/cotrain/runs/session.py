@@ -3,9 +3,11 @@ of training problems, the final evaluation. No training logic lives here."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ from cotrain.errors import UserError
 from cotrain.eval.evaluate import evaluate_generator, evaluate_split
 from cotrain.models.build import build_model, load_model, load_weights, prepare_for_training
 from cotrain.models.generate import generate, split_by_rank
+from cotrain.precision import dtype_warning, machine, resolve_bf16
 from cotrain.runs.rundir import (
     MetricsLogger,
     NullLogger,
@@ -135,6 +138,7 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
     dist.on_main(prepare_run_dir, run_dir, resume=resume)
     run_dir = Path(run_dir)
     dist.on_main(write_config, run_dir, cfg.to_dict())
+    choose_precision(cfg, [model for model, _, _, _ in roles.values()], run_dir, resume)
     start, stopped, state = 0, False, {}
     ckpts = list_checkpoints(run_dir) if resume else []
     if ckpts:
@@ -147,6 +151,31 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
               else NullLogger())
     progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress and dist.is_main(), desc=desc)
     return Session(run_dir, logger, progress, start, stopped, state)
+
+
+def choose_precision(cfg: RunConfig, models: list, run_dir: Path, resume: bool) -> None:
+    """Settle `train.bf16` (auto: on where bf16 is native on every model's device) in `cfg`, say the
+    choice once, warn of weights in a dtype this hardware computes slowly, and record the machine in
+    `env.json` (a resumed run keeps the machines of its earlier parts under `earlier`)."""
+    devices = [next(m.parameters()).device for m in models] or [device()]
+    bf16, line = resolve_bf16(cfg.train.bf16, devices)
+    setting = cfg.train.bf16
+    cfg.train.bf16 = bf16
+    lines = [line] + [w for w in {dtype_warning(cfg.model.dtype, d) for d in devices} if w]
+    if dist.is_main():
+        for text in lines:
+            print(text, file=sys.stderr, flush=True)
+        env = {**machine(), "processes": dist.world(),
+               "precision": {"train.bf16": setting, "bf16_autocast": bf16, "model.dtype": cfg.model.dtype,
+                             "devices": sorted({str(d) for d in devices}), "reason": line}}
+        path = run_dir / "env.json"
+        if resume and path.is_file():
+            try:
+                before = json.loads(path.read_text(encoding="utf-8"))
+                env["earlier"] = before.pop("earlier", []) + [before]
+            except (OSError, ValueError):
+                pass  # an unreadable record is replaced, never fatal
+        write_json_atomic(path, env)
 
 
 def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict, stop: bool = False,
