@@ -79,6 +79,7 @@ def test_existing_run_needs_resume(sft_run, tmp_path, capsys):
     start, _ = sft_run
     cfg = _write(tmp_path, nano_config("grpo", init=str(start), train={"steps": 2}, eval={"n": 5, "k": 0}))
     assert main(["run", cfg, "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()  # the first run's own lines
     _fails(["run", cfg, "--out", str(tmp_path / "run")], capsys, "pass --resume")
     # resuming a finished run redoes only the final evaluation, with the same result
     before = json.loads((tmp_path / "run" / "eval.json").read_text())

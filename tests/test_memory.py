@@ -46,7 +46,7 @@ def _logp(model, tok) -> torch.Tensor:
     """Summed log-prob [3] of the worked examples under `model`."""
     prompt_ids, prompt_mask, target_ids, target_mask = _batch(tok)
     logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask)
-    return (logp * target_mask).sum(-1)
+    return (logp * target_mask).sum(-1).double()  # runs of the float64 test world against float32 models
 
 
 def _train_step(model, tok, opt) -> None:
@@ -79,7 +79,7 @@ def _lora(**options):
     ("verifier.device=cuda:x", "verifier: device must be cpu, cuda, cuda:N or mps"),      # the verifier's own device
     ("model.lora_target=[]", "lora_target must be 'all-linear' or a non-empty list"),     # adapters on nothing
     ("model.lora_r=-1", "model.lora_r: Input should be greater than or equal to 0"),      # negative rank
-    ("model.dtype=int8", "model.dtype: Input should be 'float32', 'bfloat16' or 'float16'"),
+    ("model.dtype=int8", "model.dtype: Input should be 'float32', 'bfloat16', 'float16' or 'float64'"),
 ])
 def test_bad_memory_options_fail_in_one_line(override, message):
     with pytest.raises(UserError) as err:

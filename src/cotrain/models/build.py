@@ -107,7 +107,8 @@ _STANDINS = {
 
 
 def build_standin(arch: str, out_dir: str | Path, *, corpus: list[str], vocab_size: int = 512, hidden_size: int = 64,
-                  layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
+                  layers: int = 2, heads: int = 4, seed: int = 0, kv_heads: int | None = None,
+                  intermediate_size: int | None = None, model_vocab_size: int | None = None) -> Path:
     """Build and save a small, randomly initialised stand-in of a real architecture, entirely offline.
 
     It is what the pretrained-model path (`model.path`, `init`) is exercised with when no hub is
@@ -124,8 +125,11 @@ def build_standin(arch: str, out_dir: str | Path, *, corpus: list[str], vocab_si
         corpus: texts the BPE merges are learned from (e.g. task questions, solutions, role prompts).
         vocab_size: target vocabulary size (256 bytes + special tokens + merges).
         hidden_size, layers, heads: model size; key/value heads are half the heads (grouped-query
-            attention, as in the real models) when `heads` is even.
+            attention, as in the real models) when `heads` is even, unless `kv_heads` is given.
         seed: seed of the weight initialisation.
+        intermediate_size: MLP width (default 4 x hidden_size).
+        model_vocab_size: rows of the embedding when larger than the tokenizer's vocabulary (real
+            checkpoints pad it, e.g. Qwen2.5's 151,936), so that a stand-in has the real model's shapes.
 
     Returns:
         out_dir, as a Path.
@@ -153,8 +157,9 @@ def build_standin(arch: str, out_dir: str | Path, *, corpus: list[str], vocab_si
     # ---- model
     config_class = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
     config = config_class(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=heads // 2 if heads % 2 == 0 else heads, intermediate_size=4 * hidden_size,
+        vocab_size=max(len(tokenizer), model_vocab_size or 0), hidden_size=hidden_size, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads or (heads // 2 if heads % 2 == 0 else heads),
+        intermediate_size=intermediate_size or 4 * hidden_size,
         max_position_embeddings=2048, tie_word_embeddings=True, rms_norm_eps=1e-6,
         bos_token_id=tok.token_to_id(spec["config_bos"]), eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id)

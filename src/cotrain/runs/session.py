@@ -256,16 +256,22 @@ class StepTimer:
     Phases, each one role's work: gen (the generator's or solver's rollouts), verify (a verifier or
     judge generating verdicts), propose (the proposer's questions), reward (grading, rewards,
     advantages), update (backward passes and optimizer steps; tokens trained, prompts included),
-    ver_update (a verifier's own RL step: its rollouts and update), eval.
+    ver_update (a verifier's own RL step: its rollouts and update), eval. On GPUs, `memory/peak_gib`
+    is the step's peak of allocated GPU memory.
     """
 
     def __init__(self):
+        self.gpus = range(torch.cuda.device_count()) if torch.cuda.is_available() and torch.cuda.is_initialized() else ()
+        for i in self.gpus:  # memory/peak_gib is this step's peak
+            torch.cuda.reset_peak_memory_stats(i)
         self.start = self.mark = time.perf_counter()
         self.sync_start = dist.sync_seconds()
         self.seconds: dict[str, float] = {}
         self.tokens: dict[str, int] = {}
 
     def lap(self, phase: str, tokens: int = 0) -> None:
+        for i in self.gpus:  # kernels run asynchronously: a phase ends when its kernels have
+            torch.cuda.synchronize(i)
         now = time.perf_counter()
         self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.mark
         self.tokens[phase] = self.tokens.get(phase, 0) + tokens
@@ -278,6 +284,8 @@ class StepTimer:
         out["time/step"] = time.perf_counter() - self.start
         out.update({f"throughput/{k}_tokens_per_s": n / self.seconds[k] for k, n in self.tokens.items()
                     if n and self.seconds[k] > 0})
+        if self.gpus:  # the most any one of this process's GPUs held during the step
+            out["memory/peak_gib"] = max(torch.cuda.max_memory_allocated(i) for i in self.gpus) / 2**30
         return out
 
 

@@ -1,0 +1,105 @@
+"""Precision that fits the hardware (`train.bf16: auto`), the machine record `env.json`, and the GPU check's
+dry run."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cotrain import precision
+from cotrain.config import build_config
+from cotrain.errors import UserError
+from cotrain.models.generate import autocast
+from cotrain.recipes import sft
+from tests.conftest import nano_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("setting,native,on,says", [
+    ("auto", True, True, "precision: bf16 autocast on (train.bf16=auto"),     # native: auto turns it on
+    ("auto", False, False, "precision: bf16 autocast off (train.bf16=auto"),  # emulated: auto keeps fp32
+    (True, True, True, "precision: bf16 autocast on (train.bf16=true)"),      # asked for, native: no warning
+    (True, False, True, "warning: train.bf16=true but"),           # asked for, emulated: on, with a warning
+    (False, True, False, "precision: bf16 autocast off (train.bf16=false)"),  # asked off: off everywhere
+])
+def test_resolve_bf16(monkeypatch, setting, native, on, says):
+    monkeypatch.setattr(precision, "native_bf16", lambda device: (native, "why"))
+    got, line = precision.resolve_bf16(setting, ["cpu"])
+    assert got is on and line.startswith(says), line
+
+
+def test_auto_is_off_unless_every_device_is_native(monkeypatch):
+    monkeypatch.setattr(precision, "native_bf16", lambda device: (str(device) == "cuda:0", str(device)))
+    assert precision.resolve_bf16("auto", ["cuda:0"])[0] is True
+    assert precision.resolve_bf16("auto", ["cuda:0", "cpu"])[0] is False
+
+
+def test_kernels_held_at_avx2_or_below_are_not_native_bf16():
+    """What `auto` decides on an AVX2-only CPU, on any CPU: its kernels forced down to AVX2 (or plain C++)."""
+    code = "from cotrain.precision import native_bf16; ok, why = native_bf16('cpu'); print(ok, '|', why)"
+    for level in ("avx2", "default"):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "PYTHONPATH": str(REPO / "src")}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+        assert out.startswith("False |"), out
+
+
+def test_slow_weight_dtypes_warn(monkeypatch):
+    monkeypatch.setattr(precision, "native_bf16", lambda device: (False, "this CPU (AVX2) has no native bf16"))
+    assert "emulated" in precision.dtype_warning("bfloat16", "cpu")
+    assert precision.dtype_warning("float32", "cpu") is None and precision.dtype_warning("float64", "cpu") is None
+
+
+def test_bf16_config_values():
+    assert build_config({}).train.bf16 == "auto"  # the default
+    assert build_config({}, ["train.bf16=auto"]).train.bf16 == "auto"
+    assert build_config({}, ["train.bf16=true"]).train.bf16 is True
+    with pytest.raises(UserError, match="bf16"):
+        build_config({}, ["train.bf16=sometimes"])
+
+
+def test_autocast_refuses_an_unsettled_setting():
+    with pytest.raises(AssertionError, match="settled"):
+        autocast("auto")
+
+
+def test_a_run_says_its_precision_once_and_records_its_machine(tmp_path, capsys):
+    cfg = build_config(nano_config("sft", train={"steps": 2, "bf16": "auto"}, checkpoint={"every": 0},
+                                   eval={"n": 4, "k": 0}))
+    sft.run(cfg, tmp_path)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("precision:")]
+    assert len(said) == 1 and "train.bf16=auto" in said[0], said
+    env = json.loads((tmp_path / "env.json").read_text())
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["torch"] == torch.__version__ and env["threads"] == torch.get_num_threads()
+    assert env["precision"]["train.bf16"] == "auto"
+    assert env["precision"]["bf16_autocast"] is precision.native_bf16("cpu")[0]
+    assert env["precision"]["model.dtype"] == "float64"
+
+
+def test_gpu_check_without_cuda_says_so_in_one_line():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the check would run")
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")}, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no CUDA GPU" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_runs_every_case(tmp_path):
+    """The GPU check's whole path (stand-in build, bf16, LoRA, checkpointing, tango, torchrun with FSDP2)
+    on a nano stand-in on the CPU, so that it cannot rot before a GPU comes."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--cpu-dry-run", "--steps", "1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [r["case"] for r in results] == ["grpo bf16", "tango bf16", "grpo LoRA", "grpo checkpointing",
+                                            "grpo FSDP2 torchrun"]
+    for r in results:
+        assert r["steps"] == 1 and r["rollout_tok_s"] > 0 and r["step_s"] > 0, r
+        assert r["env"]["precision"]["bf16_autocast"] is True  # train.bf16=true, as on the GPU
+    assert results[-1]["env"]["processes"] == 1
