@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-heavy bench clean
+.PHONY: install demo test test-portable test-heavy bench clean
 
 # torch==2.13.0 is installed first, on its own: asked for by another package, pip could pull a newer
 # multi-GB CUDA build onto a CPU machine. On a GPU machine the same line installs the CUDA build.
@@ -21,6 +21,12 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The suite with torch's CPU kernels forced down, first to AVX2 (ATen, MKL, oneDNN), then to plain C++:
+# results must not depend on the CPU a run lands on (the test world computes in float64).
+test-portable: install
+	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q
+	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(BIN)/python -m pytest -q
 
 # Tests of several minutes each (the warm-up verifier's competence), left out of `make test`.
 test-heavy: install

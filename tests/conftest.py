@@ -1,16 +1,20 @@
 """The test world: a nano Llama with the char tokenizer on one-step single-digit arithmetic.
 
-One SFT run (a few seconds) is shared by every test that needs a model that is sometimes right,
-so that GRPO sees groups with mixed rewards.
-
-The world computes in float64. Float kernels differ between CPUs (AVX-512, AVX2, plain) in the last
-bits; in float32 such a difference flips a sampled token now and then, and from there a fixed-seed run
-takes another path. In float64 the differences stay some 1e-13 deep, far below any gap between a
-uniform and a CDF boundary that a sampled token could fall into, so fixed-seed goldens and
-two-process comparisons hold on any x86-64 CPU (`make test-portable` checks this with the kernels
-forced down).
+The world computes in float64, and the recipes' tests start from two stored checkpoints,
+`tests/assets/nano_sft` (the nano model after 300 SFT steps: sometimes right, so GRPO sees groups with
+mixed rewards) and `tests/assets/nano_verifier` (a verifier warmed up on its samples), which
+`python tests/assets/build.py` rebuilds. Why stored: float kernels differ between CPUs (AVX-512, AVX2,
+plain C++) in the last bits, and training at a useful learning rate is chaotic: a 1e-16 difference
+grows about 11% a step and turned a 300-step SFT run into a different model (measured: the SFT loss
+differed by 2e-7 at step 100, 3e-3 at step 200). Started from a stored model, the recipes' short runs
+(4-6 steps) keep such differences some 1e-13 deep, far below any gap a sampled token could fall into,
+so fixed-seed goldens and two-process comparisons hold on any x86-64 CPU (`make test-portable` forces
+the kernels down to check). SFT's own learning is tested by running it (`test_sft_learns_the_easy_world`).
 """
+import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,13 +43,21 @@ def nano_config(recipe: str, **overrides) -> dict:
     return raw
 
 
+ASSETS = Path(__file__).resolve().parent / "assets"
+# The SFT run behind tests/assets/nano_sft (and test_sft_learns_the_easy_world).
+SFT_START = {"train": {"steps": 300, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20}, "checkpoint": {"every": 0}}
+
+
 @pytest.fixture(scope="session")
 def sft_run(tmp_path_factory):
-    """A nano model fine-tuned until it answers part of the easy problems correctly."""
-    from cotrain.recipes import sft
-
+    """(run dir, eval results) of the stored nano SFT model: a run directory whose `final/generator` is it."""
     out = tmp_path_factory.mktemp("sft")
-    cfg = build_config(nano_config("sft", train={"steps": 300, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20},
-                                   checkpoint={"every": 0}))
-    results = sft.run(cfg, out)
-    return out, results
+    shutil.copytree(ASSETS / "nano_sft" / "generator", out / "final" / "generator")
+    shutil.copy(ASSETS / "nano_sft" / "eval.json", out / "eval.json")
+    return out, json.loads((out / "eval.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def warm_verifier():
+    """The stored verifier: the nano SFT model warmed up (labelled SFT) on its own samples."""
+    return ASSETS / "nano_verifier"

@@ -117,6 +117,7 @@ def test_demo_contract(tmp_path, capsys):
     assert yaml.safe_load((out / "grpo" / "config.yaml").read_text())["init"] == str(out / "sft")
     assert yaml.safe_load((out / "tango" / "config.yaml").read_text())["init"] == str(out / "sft")  # beside grpo
     assert (out / "curves.png").is_file() and (out / "eval.png").is_file() and (out / "cotrain.png").is_file()
+    assert (out / "demo.png").is_file()  # SFT, then the RL stages on their own axis
     printed = capsys.readouterr().out
     assert "demo results" in printed
     assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0

@@ -23,17 +23,6 @@ SELFPLAY = {"shared_model": False, "proposals": 8, "proposer_warmup_steps": 40, 
             "seed_questions": 200}
 
 
-@pytest.fixture(scope="module")
-def warm_verifier(sft_run, tmp_path_factory):
-    """A verifier warmed up (labelled SFT, outside any label-free run) on the SFT generator's samples."""
-    start, _ = sft_run
-    out = tmp_path_factory.mktemp("warm")
-    raw = nano_config("tango", init=str(start), train={"steps": 0}, verifier=dict(WARMUP), tango={"eval_n": 20},
-                      eval={"k": 0, "n": 10, "every": 0})
-    tango.run(build_config(raw), out)
-    return out / "warmup" / "verifier"
-
-
 def labelfree_config(recipe: str, start: Path, verifier: Path, **overrides) -> dict:
     raw = nano_config(recipe, init=str(start), verifier={"init": str(verifier), "solutions": 8, "max_new_tokens": 40},
                       tango={"gen_steps": 2, "eval_n": 20}, selfplay=dict(SELFPLAY),

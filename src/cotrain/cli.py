@@ -104,7 +104,7 @@ def demo_stages() -> dict:
 
 
 def cmd_demo(args) -> int:
-    from cotrain.analysis.plot import plot_runs
+    from cotrain.analysis.plot import demo_figure, plot_runs
     from cotrain.config import build_config
 
     out = Path(args.out)
@@ -128,7 +128,9 @@ def cmd_demo(args) -> int:
         else:
             results[name] = _recipe(cfg.recipe).run(cfg, out / name, resume=args.resume or (out / name / "checkpoints").exists())
         prev = out / name
-    paths = plot_runs([out / name for name in stages], out_dir=out, chain=parents)
+    names = list(stages)
+    paths = [demo_figure(out / names[0], [out / n for n in names[1:]], out / "demo.png")]
+    paths += plot_runs([out / name for name in stages], out_dir=out, chain=parents)
     print("\n== demo results (greedy pass@1)")
     splits = sorted({s for r in results.values() for s in r["generator"]})
     print(f"{'stage':<8}" + "".join(f"{s:>10}" for s in splits))
