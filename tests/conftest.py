@@ -21,7 +21,13 @@ import torch
 
 from cotrain.config import build_config
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on the two cores: each, and every process it starts, computes on one
+    # thread (two workers of two threads each would oversubscribe the cores, many times slower)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 EASY_TASK = {"name": "arith", "n_ops": [1, 2], "max_operand": 9}
 
@@ -53,7 +59,8 @@ def sft_run(tmp_path_factory):
     """(run dir, eval results) of the stored nano SFT model: a run directory whose `final/generator` is it."""
     out = tmp_path_factory.mktemp("sft")
     shutil.copytree(ASSETS / "nano_sft" / "generator", out / "final" / "generator")
-    shutil.copy(ASSETS / "nano_sft" / "eval.json", out / "eval.json")
+    for name in ("eval.json", "metrics.jsonl", "config.yaml"):
+        shutil.copy(ASSETS / "nano_sft" / name, out / name)
     return out, json.loads((out / "eval.json").read_text())
 
 

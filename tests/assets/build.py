@@ -2,7 +2,7 @@
 
     python tests/assets/build.py
 
-nano_sft/: the nano model (float64) after the SFT run `SFT_START` of conftest.py, and its eval.json.
+nano_sft/: the nano model (float64) after the SFT run `SFT_START` of conftest.py, its eval.json, metrics.jsonl and config.yaml.
 nano_verifier/: that model warmed up as a verifier (tango's labelled SFT warm-up, `WARMUP` of test_tango.py).
 Rebuilding changes every golden value of the recipes' tests: do it only when the model format changes,
 and update the goldens in the same commit.
@@ -31,6 +31,8 @@ def main() -> None:
         results = sft.run(build_config(nano_config("sft", **SFT_START)), run)
         shutil.rmtree(ASSETS / "nano_sft", ignore_errors=True)
         shutil.copytree(run / "final" / "generator", ASSETS / "nano_sft" / "generator")
+        for name in ("metrics.jsonl", "config.yaml"):  # so that the stored run plots as a run
+            shutil.copy(run / name, ASSETS / "nano_sft" / name)
         (ASSETS / "nano_sft" / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
         warm = Path(tmp) / "warm"
         raw = nano_config("tango", init=str(run), train={"steps": 0}, verifier=dict(WARMUP), tango={"eval_n": 20},
