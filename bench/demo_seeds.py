@@ -1,5 +1,5 @@
-"""The demo's result over several seeds: greedy pass@1 of SFT and of GRPO started from it, per split,
-with the mean and spread of the GRPO gain.
+"""The demo's result over several seeds: greedy pass@1 of SFT and of GRPO and tango started from it,
+per split, with the mean and spread of the RL gains, and each seed's wall time.
 
     python bench/demo_seeds.py                 # seeds 0 1 2, three at a time, into runs/seeds/
     python bench/demo_seeds.py --seeds 0 1 2 3 4 --jobs 2
@@ -40,29 +40,34 @@ def run_seeds(seeds: list[int], out: Path, jobs: int) -> None:
                 del running[seed]
                 status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
                 print(f"seed {seed}: {status} in {time.time() - t0:.0f} s", flush=True)
+                if proc.returncode == 0:
+                    (out / f"s{seed}" / "wall_seconds.txt").write_text(f"{time.time() - t0:.0f} (jobs={jobs})\n")
         time.sleep(2)
 
 
 def table(seeds: list[int], out: Path) -> str:
     rows, gains = [], {}
     for seed in seeds:
+        d = out / f"s{seed}"
         try:
-            sft = json.loads((out / f"s{seed}" / "sft" / "eval.json").read_text())["generator"]
-            grpo = json.loads((out / f"s{seed}" / "grpo" / "eval.json").read_text())["generator"]
+            ev = {stage: json.loads((d / stage / "eval.json").read_text())["generator"] for stage in ("sft", "grpo", "tango")}
         except FileNotFoundError:
-            rows.append(f"| {seed} | (missing) | | | |")
+            rows.append(f"| {seed} | (missing) | | | | |")
             continue
-        steps = max(json.loads(line)["step"] for line in (out / f"s{seed}" / "sft" / "metrics.jsonl").open())
+        steps = max(json.loads(line)["step"] for line in (d / "sft" / "metrics.jsonl").open())
         cells = []
         for split in ("test", "ood"):
-            a, b = sft[split]["pass@1"], grpo[split]["pass@1"]
-            gains.setdefault(split, []).append(b - a)
-            cells.append(f"{a:.3f} → {b:.3f} ({100 * (b - a):+.1f})")
-        rows.append(f"| {seed} | {steps} | " + " | ".join(cells) + " |")
-    lines = ["| seed | SFT steps | test: SFT → GRPO (points) | ood: SFT → GRPO (points) |", "|---|---|---|---|", *rows]
-    for split, g in gains.items():
+            a = ev["sft"][split]["pass@1"]
+            for stage in ("grpo", "tango"):
+                gains.setdefault((stage, split), []).append(ev[stage][split]["pass@1"] - a)
+            cells.append(f"{a:.3f} → {ev['grpo'][split]['pass@1']:.3f} / {ev['tango'][split]['pass@1']:.3f}")
+        wall = (d / "wall_seconds.txt").read_text().strip() if (d / "wall_seconds.txt").is_file() else "-"
+        rows.append(f"| {seed} | {steps} | " + " | ".join(cells) + f" | {wall} |")
+    lines = ["| seed | SFT steps | test: SFT → GRPO / tango | ood: SFT → GRPO / tango | wall s |",
+             "|---|---|---|---|---|", *rows]
+    for (stage, split), g in gains.items():
         sd = statistics.stdev(g) if len(g) > 1 else 0.0
-        lines.append(f"\n{split}: GRPO gain over SFT, mean {100 * statistics.mean(g):+.1f} points, "
+        lines.append(f"\n{split}: {stage} gain over SFT, mean {100 * statistics.mean(g):+.1f} points, "
                      f"sd {100 * sd:.1f}, min {100 * min(g):+.1f}, max {100 * max(g):+.1f} (n={len(g)} seeds)")
     return "\n".join(lines)
 

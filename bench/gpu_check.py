@@ -56,7 +56,8 @@ CASES = {  # name: (config, estimate key, launcher, overrides)
 }
 # The dry run: the same cases on a nano stand-in, small enough for the test suite.
 DRY = ["train.batch_size=4", "train.micro_batch_size=2", "grpo.group_size=2", "grpo.max_new_tokens=6",
-       "verifier.max_new_tokens=6", "verifier.solutions=2", "verifier.group_size=2", "train.n_problems=64"]
+       "verifier.max_new_tokens=6", "verifier.solutions=2", "verifier.group_size=2", "train.n_problems=64",
+       "eval.max_new_tokens=6", "tango.eval_n=2"]
 
 
 def corpus() -> list[str]:
@@ -81,7 +82,7 @@ def build(out: Path, shape: dict) -> Path:
 def run_case(name: str, model_dir: Path, out: Path, dry: bool, steps: int) -> dict:
     config, estimate, launcher, overrides = CASES[name]
     run_dir = out / name.replace(" ", "_")
-    args = [f"model.path={model_dir}", *[c.format(steps=steps, eval_n=4 if dry else 16) for c in COMMON], *overrides]
+    args = [f"model.path={model_dir}", *[c.format(steps=steps, eval_n=2 if dry else 16) for c in COMMON], *overrides]
     if dry:
         args += DRY + ["model.device=cpu"]
     cli = ["-m", "cotrain", "run", str(REPO / "configs" / "real" / f"{config}.yaml"), "--out", str(run_dir), *args]

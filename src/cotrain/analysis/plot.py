@@ -68,14 +68,14 @@ class _Panel:
 
 
 _PANELS = [
-    _Panel("Reward", "mean reward", "reward"),
-    _Panel("Accuracy", "accuracy", "acc", unit_interval=True),
-    _Panel("KL to reference", "KL", "kl"),
-    _Panel("Entropy", "entropy per token", "entropy"),
-    _Panel("Completion length", "mean length", "len_mean"),
-    _Panel("Loss", "loss", "loss"),
+    _Panel("Training reward (mean per step)", "mean reward", "reward"),
+    _Panel("Training accuracy (share of correct samples)", "accuracy", "acc", unit_interval=True),
+    _Panel("KL to the reference (per token)", "KL", "kl"),
+    _Panel("Sampling entropy (per token)", "entropy per token", "entropy"),
+    _Panel("Completion length (tokens)", "mean length", "len_mean"),
+    _Panel("Training loss", "loss", "loss"),
 ]
-_EVAL_PANEL = _Panel("Eval pass@1", "pass@1", "pass@1", unit_interval=True)
+_EVAL_PANEL = _Panel("Greedy pass@1 during training", "pass@1", "pass@1", unit_interval=True)
 
 
 @dataclass(eq=False)  # compared (and hashed) by identity
@@ -459,7 +459,7 @@ def _eval_figure(runs: list[_Run]) -> Figure:
             ax.set_ylim(0, 1.12)  # headroom for the value labels
     fig.legend(handles=[Line2D([], [], color=run.color, linewidth=8, label=run.label) for run in runs],
                loc="outside lower center", ncols=min(len(runs), 5), frameon=False)
-    fig.suptitle("Evaluation")
+    fig.suptitle("Final evaluation (eval.json): pass@k and maj@k per split")
     return fig
 
 
