@@ -152,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"gpu_check: unknown case {unknown[0]!r} (valid: {', '.join(CASES)})", file=sys.stderr)
         return 2
+    if dry:
+        from cotrain.dist import fsdp_on_cpu
+
+        if not fsdp_on_cpu() and "grpo FSDP2 torchrun" in names:
+            print(f"gpu_check: leaving out 'grpo FSDP2 torchrun': FSDP2 on the CPU needs torch >= 2.7 "
+                  f"(this is {torch.__version__}; on GPUs it runs from 2.6)", flush=True)
+            names.remove("grpo FSDP2 torchrun")
     steps = args.steps or (2 if dry else 4)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_check_"))
     out.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 
 from cotrain import dist
 from cotrain.config import GrpoConfig, ModelConfig
+from cotrain.errors import UserError
 from cotrain.models.build import build_model
 from cotrain.models.generate import generate
 from cotrain.recipes.policy import micro_batches, policy_update, supervised_step
@@ -189,7 +190,12 @@ def _killed_and_resumed(args: list[str], out: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
+# FSDP2 on the CPU needs torch >= 2.7; the lowest torch cotrain accepts (2.6) runs it on GPUs only, and
+# refuses it on the CPU in one line (test_fsdp_on_the_cpu_of_an_old_torch_is_refused_in_one_line).
+NEEDS_CPU_FSDP = pytest.mark.skipif(not dist.fsdp_on_cpu(), reason=f"FSDP2 on the CPU needs torch >= 2.7 ({torch.__version__})")
+
+
+@pytest.mark.parametrize("fsdp", [False, pytest.param(True, marks=NEEDS_CPU_FSDP)], ids=["ddp", "fsdp"])
 def test_two_processes_equal_one_then_resume_after_sigkill(grpo_one, tmp_path, fsdp):
     """`torchrun --nproc_per_node 2 -m cotrain run` logs the metrics, evaluation and final weights of the
     one-process run, with gradients averaged over processes or with FSDP2 sharding; only rank 0 prints
@@ -218,7 +224,7 @@ def test_two_process_tango_completes_and_equals_one_process(sft_run, tmp_path):
     path.write_text(yaml.safe_dump(raw))
     one = _single(["run", str(path), "--out", str(tmp_path / "one")])
     assert one.returncode == 0, one.stderr
-    for fsdp in ("false", "true"):
+    for fsdp in ("false", "true") if dist.fsdp_on_cpu() else ("false",):
         two = _torchrun(["run", str(path), f"train.fsdp={fsdp}", "--out", str(tmp_path / f"two-{fsdp}")])
         assert two.returncode == 0, two.stderr[-3000:]
         _assert_same_run(tmp_path / "one", tmp_path / f"two-{fsdp}")
@@ -279,3 +285,10 @@ def test_a_named_gpu_index_is_refused_under_torchrun(monkeypatch):
 def test_map_shards_is_the_plain_map_in_one_process():
     assert dist.map_shards(lambda x: x * x, [1, 2, 3]) == [1, 4, 9]
     assert dist.map_shards(lambda x: x, []) == []
+
+
+def test_fsdp_on_the_cpu_of_an_old_torch_is_refused_in_one_line(monkeypatch):
+    model, _ = build_model(ModelConfig(preset="nano"), seed=0)
+    monkeypatch.setattr(dist, "fsdp_on_cpu", lambda: False)
+    with pytest.raises(UserError, match="train.fsdp on the CPU needs torch >= 2.7"):
+        dist.shard_model(model)

@@ -85,7 +85,8 @@ def test_gpu_check_without_cuda_says_so_in_one_line():
         pytest.skip("this machine has a GPU: the check would run")
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")}, cwd=REPO)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no CUDA GPU" in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines[-1].startswith("gpu_check: no CUDA GPU here") and "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow
@@ -97,9 +98,11 @@ def test_gpu_check_dry_run_runs_every_case(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((tmp_path / "gpu_check.json").read_text())
+    from cotrain.dist import fsdp_on_cpu
+
     assert [r["case"] for r in results] == ["grpo bf16", "tango bf16", "grpo LoRA", "grpo checkpointing",
-                                            "grpo FSDP2 torchrun"]
+                                            "grpo FSDP2 torchrun"][:5 if fsdp_on_cpu() else 4]
     for r in results:
         assert r["steps"] == 1 and r["rollout_tok_s"] > 0 and r["step_s"] > 0, r
         assert r["env"]["precision"]["bf16_autocast"] is True  # train.bf16=true, as on the GPU
-    assert results[-1]["env"]["processes"] == 1
+    assert all(r["env"]["processes"] == 1 for r in results)  # torchrun --nproc_per_node 1 included

@@ -52,7 +52,7 @@ def test_real_config_validates_and_names_its_model_in_one_line(path):
     # GSM8K train -> GSM8K test, with MATH-500 as the out-of-distribution split of the same run
     assert cfg.task.name == "gsm8k" and cfg.task.options() == {"ood": "math500"}
     assert cfg.eval.splits == ["test", "ood"]
-    assert cfg.train.bf16 and cfg.model.dtype == "float32"  # bf16 compute, float32 weights keep lr 1e-6 updates
+    assert cfg.train.bf16 is True and cfg.model.dtype == "float32"  # bf16 compute, float32 weights keep lr 1e-6 updates
     # the one-line switch to a local checkpoint
     assert load_config(path, ["model.path=/models/local"]).model.path == "/models/local"
 

@@ -9,7 +9,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from cotrain.config import build_config
+from cotrain.config import VerifierConfig, build_config
 from cotrain.recipes import tango
 from tests.conftest import ASSETS, nano_config
 from tests.golden import assert_golden, golden_metrics, mismatch
@@ -154,10 +154,12 @@ TANGO_GOLDEN = {"gen/reward": [0.3125, 0.25, 0.125, 0.125],
                 "ver/grad_norm": [0.7497523382, 0.6368469237]}
 GOLDEN_WARMUP_ACC = 0.375
 
+G_VER = VerifierConfig().group_size  # verifications per solution in the golden config
 TANGO_MUTATIONS = {
-    # each verdict scored against the correctness of the next solution
+    # each verdict scored against the correctness of the next solution (a solution's G verifications
+    # are contiguous, so the labels move by one solution: G places)
     "verifier reward off by one": (tango, "verifier_rewards",
-                                   lambda f: lambda final, correct, *a, **k: f(final, correct[1:] + correct[:1], *a, **k)),
+                                   lambda f: lambda final, correct, *a, **k: f(final, correct[G_VER:] + correct[:G_VER], *a, **k)),
     "process advantage sign flipped": (tango, "process_advantages", lambda f: lambda *a, **k: -f(*a, **k)),
 }
 

@@ -166,12 +166,22 @@ def is_sharded(model) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def fsdp_on_cpu() -> bool:
+    """FSDP2 runs on CPU tensors from torch 2.7 on (its CPU streams gained the event calls it makes)."""
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return (major, minor) >= (2, 7)
+
+
 def shard_model(model):
     """Shard `model` over the processes with FSDP2 (`fully_shard`): each decoder layer is one unit, and
     the root holds the rest (embeddings, head, final norm). Parameters become DTensors; every forward
     and backward pass of the model is then a collective that all processes run together."""
     from torch.distributed.fsdp import fully_shard
 
+    device = next(model.parameters()).device
+    if device.type == "cpu" and not fsdp_on_cpu():
+        raise UserError(f"train.fsdp on the CPU needs torch >= 2.7 (its CPU streams; this is torch "
+                        f"{torch.__version__}); on GPUs FSDP2 works from torch 2.6, or set train.fsdp: false")
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         raise UserError(f"train.fsdp: {type(model).__name__} has no model.layers to shard; set train.fsdp: false")

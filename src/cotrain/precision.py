@@ -107,7 +107,7 @@ def _version(package: str) -> str | None:
 
 def machine() -> dict:
     """The machine a run or a measurement ran on (JSON-ready): what makes its float results and speed."""
-    info = {
+    return {
         "cpu": _cpu_name(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_native_bf16": native_bf16("cpu")[0],
@@ -121,7 +121,6 @@ def machine() -> dict:
         "peft": _version("peft"),
         "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else [],
     }
-    return info
 
 
 def machine_line(info: dict | None = None) -> str:

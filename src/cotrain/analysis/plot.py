@@ -621,8 +621,8 @@ def demo_figure(sft_dir: Path, rl_dirs: list[Path], out_path: Path, split: str =
     """`demo.png`: SFT, then the RL stages on their own axis, so the part a user came to see is not a
     sliver at the end of a long SFT axis.
 
-    Three panels: (1) SFT's held-out greedy pass@1 per SFT step, with the step where its stopping rule
-    fired; (2) each RL stage's greedy pass@1 on `split` per RL step, starting from the SFT model's
+    Three panels: (1) SFT's held-out greedy pass@1 per SFT step, with its last step (where its stopping rule
+    fired, if it did); (2) each RL stage's greedy pass@1 on `split` per RL step, starting from the SFT model's
     (step 0, marked) and ending at its final evaluation; (3) each RL stage's training reward per RL step.
 
     Args:
@@ -651,7 +651,7 @@ def demo_figure(sft_dir: Path, rl_dirs: list[Path], out_path: Path, split: str =
         if steps:
             last = max(float(x.max()) for x in steps)
             ax_sft.axvline(last, color="0.6", linewidth=1)
-            ax_sft.annotate(f"stop: step {last:.0f}", (last, 0.02), xytext=(-4, 0), textcoords="offset points",
+            ax_sft.annotate(f"last step {last:.0f}", (last, 0.02), xytext=(-4, 0), textcoords="offset points",
                             ha="right", fontsize=9, color="0.35")
         ax_sft.set_xlabel("SFT step")
         ax_sft.set_ylabel("greedy pass@1")
@@ -659,7 +659,7 @@ def demo_figure(sft_dir: Path, rl_dirs: list[Path], out_path: Path, split: str =
         ax_sft.legend(fontsize=9, loc="upper left")
 
         ax_rl.set_title(f"RL from the SFT model: greedy pass@1 on {split}")
-        ax_rew.set_title("RL: training reward (share of correct samples)")
+        ax_rew.set_title("RL: training reward (share correct)")
         if sft_final is not None:
             ax_rl.axhline(sft_final, color="0.5", linestyle=":", linewidth=1.2)
             ax_rl.plot([0], [sft_final], marker="*", markersize=13, color="0.25", linestyle="none",

@@ -67,7 +67,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         torch.cuda.reset_peak_memory_stats(i)
     g, t = cfg.grpo, cfg.train
     report: dict = {"recipe": cfg.recipe}
-    t.bf16, precision_line = resolve_bf16(t.bf16, [cfg.model.device or device()])
+    t.bf16, precision_line = resolve_bf16(t.bf16, [d for d in (cfg.model.device or device(), cfg.verifier.device) if d])
     plan = first_rollout(cfg)
     per_step, group = plan["prompts_per_step"], plan["group_size"]
     say(f"config    {cfg.recipe}: {t.steps} steps of {per_step} {plan['unit']}, micro-batch "

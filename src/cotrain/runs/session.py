@@ -261,7 +261,9 @@ class StepTimer:
     """
 
     def __init__(self):
-        self.gpus = range(torch.cuda.device_count()) if torch.cuda.is_available() and torch.cuda.is_initialized() else ()
+        # this process's GPUs: under torchrun its own one (touching the others would open a context on each)
+        self.gpus = (() if not (torch.cuda.is_available() and torch.cuda.is_initialized()) else
+                     [torch.cuda.current_device()] if dist.world() > 1 else range(torch.cuda.device_count()))
         for i in self.gpus:  # memory/peak_gib is this step's peak
             torch.cuda.reset_peak_memory_stats(i)
         self.start = self.mark = time.perf_counter()
