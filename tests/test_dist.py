@@ -189,12 +189,12 @@ def _killed_and_resumed(args: list[str], out: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
 
-@pytest.mark.slow
 # FSDP2 on the CPU needs torch >= 2.7; the lowest torch cotrain accepts (2.6) runs it on GPUs only, and
 # refuses it on the CPU in one line (test_fsdp_on_the_cpu_of_an_old_torch_is_refused_in_one_line).
 NEEDS_CPU_FSDP = pytest.mark.skipif(not dist.fsdp_on_cpu(), reason=f"FSDP2 on the CPU needs torch >= 2.7 ({torch.__version__})")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsdp", [False, pytest.param(True, marks=NEEDS_CPU_FSDP)], ids=["ddp", "fsdp"])
 def test_two_processes_equal_one_then_resume_after_sigkill(grpo_one, tmp_path, fsdp):
     """`torchrun --nproc_per_node 2 -m cotrain run` logs the metrics, evaluation and final weights of the
