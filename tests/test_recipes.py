@@ -151,6 +151,8 @@ def run_killed_and_resumed(cfg_path: Path, tmp_path: Path, checkpoint: str) -> N
     a = json.loads((tmp_path / "full" / "eval.json").read_text())
     b = json.loads((tmp_path / "killed" / "eval.json").read_text())
     assert a == b
+    env = json.loads((tmp_path / "killed" / "env.json").read_text())
+    assert len(env["earlier"]) == 1 and env["earlier"][0]["cpu"] == env["cpu"], "the resumed run lost its first machine"
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("time/", "throughput/"))} for r in rows]
     assert strip(_rows(tmp_path / "full")) == strip(_rows(tmp_path / "killed"))
