@@ -168,8 +168,7 @@ def is_sharded(model) -> bool:
 
 def fsdp_on_cpu() -> bool:
     """FSDP2 runs on CPU tensors from torch 2.7 on (its CPU streams gained the event calls it makes)."""
-    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-    return (major, minor) >= (2, 7)
+    return torch.__version__ >= "2.7"  # a TorchVersion: compared as a version, local tags (+cpu) aside
 
 
 def shard_model(model):
