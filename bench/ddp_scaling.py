@@ -8,7 +8,7 @@ bench/grpo_vs_trl.py, built once and cached in bench/out/start/), draw the same 
 the time differs. The script checks the rewards agree before it reports a ratio.
 
 Per side it reports the mean over steps 2..S of `time/step` and its split (`time/gen`, `time/verify`,
-`time/reward`, `time/update`, `time/sync`; see `runs.session.StepTimer`) and the generator's tokens/s.
+`time/reward`, `time/update`, `time/sync`; see `train.compute.StepTimer`) and the generator's tokens/s.
 
 Run:  python bench/ddp_scaling.py                       (grpo, 12 steps of 32 prompts x 8, L=24)
       python bench/ddp_scaling.py --recipe tango --steps 9

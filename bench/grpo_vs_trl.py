@@ -130,7 +130,7 @@ def build_start_model() -> dict:
 
 def step_problems(args) -> list[list]:
     """The P problems of each step 1..S, drawn exactly as cotrain's recipe draws them."""
-    from cotrain.runs.session import build_task, sample_batch, training_pool
+    from cotrain.train.setup import build_task, sample_batch, training_pool
 
     cfg = grpo_config(args)
     task = build_task(cfg)

@@ -38,7 +38,7 @@ raw = {"recipe": "grpo", "model": {"preset": "base"}, "task": {"name": "arith", 
        "log": {"progress": False, "tensorboard": False}}
 cfg = build_config(raw, sys.argv[2:])
 if sys.argv[1] == "build":
-    from cotrain.runs.session import initial_model
+    from cotrain.train.setup import initial_model
     model, _ = initial_model(cfg)
     n = sum(p.numel() for p in model.parameters())
 else:

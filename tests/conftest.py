@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from cotrain.config import build_config
-
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs two workers on the two cores: each, and every process it starts, computes on one
     # thread (two workers of two threads each would oversubscribe the cores, many times slower)
@@ -68,3 +66,10 @@ def sft_run(tmp_path_factory):
 def warm_verifier():
     """The stored verifier: the nano SFT model warmed up (labelled SFT) on its own samples."""
     return ASSETS / "nano_verifier"
+
+
+def run_recipe(cfg, run_dir, resume: bool = False) -> dict:
+    """Run the recipe `cfg.recipe` names, as `cotrain run` does (through the registry)."""
+    from cotrain import registry
+
+    return registry.load(cfg.recipe).run(cfg, run_dir, resume=resume)

@@ -126,12 +126,12 @@ def test_demo_contract(tmp_path, capsys):
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
-    from cotrain.cli import _recipe
+    from cotrain import registry
     from cotrain.config import load_config
 
     recipe = load_config(path).recipe
-    assert recipe in ("sft", "grpo", "tango", "frozen_verifier", "consistency", "triad", "reliability")
-    assert callable(_recipe(recipe).run)
+    assert recipe in registry.RECIPES
+    assert callable(registry.load(recipe).run)
 
 
 def test_embedded_demo_stages_validate():

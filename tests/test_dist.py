@@ -27,9 +27,9 @@ from cotrain.config import GrpoConfig, ModelConfig
 from cotrain.errors import UserError
 from cotrain.models.build import build_model
 from cotrain.models.generate import generate
-from cotrain.recipes.policy import micro_batches, policy_update, supervised_step
-from cotrain.runs import session as session_module
-from cotrain.runs.session import StepTimer
+from cotrain.train import compute as compute_module
+from cotrain.train.compute import StepTimer
+from cotrain.train.update import micro_batches, policy_update, supervised_step
 from tests.conftest import nano_config
 from tests.test_recipes import _rows
 
@@ -57,7 +57,7 @@ def test_micro_batches_hold_whole_groups():
 
 def test_step_timer_splits_time_and_counts_tokens_per_second(monkeypatch):
     clock = iter([10.0, 12.0, 12.5, 13.0, 14.0])  # start, gen lap, reward lap, update lap, metrics
-    monkeypatch.setattr(session_module.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(compute_module.time, "perf_counter", lambda: next(clock))
     timer = StepTimer()
     timer.lap("gen", 100)
     timer.lap("reward")

@@ -10,14 +10,14 @@ import torch
 import yaml
 
 from cotrain.config import build_config
-from cotrain.recipes import selfplay, tango
+from cotrain.recipes import consistency, reliability, triad
 from cotrain.roles import proposer
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import HIDDEN, LabelLeak, Problem, blind
-from tests.conftest import nano_config
+from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
-from tests.test_tango import WARMUP, _changed, _weights
+from tests.test_tango import _changed, _weights
 
 SELFPLAY = {"shared_model": False, "proposals": 8, "proposer_warmup_steps": 40, "judge_passes": 2,
             "seed_questions": 200}
@@ -34,7 +34,7 @@ def labelfree_config(recipe: str, start: Path, verifier: Path, **overrides) -> d
 
 
 def _run(recipe: str, raw: dict, out: Path) -> dict:
-    return (tango if recipe == "consistency" else selfplay).run(build_config(raw), out)
+    return run_recipe(build_config(raw), out)
 
 
 def _training_rows(out: Path) -> list[dict]:
@@ -95,10 +95,10 @@ def test_the_wall_test_catches_a_recipe_that_reads_labels(sft_run, warm_verifier
     start, _ = sft_run
     raw = labelfree_config("tango", start, warm_verifier, train={"steps": 3})
     raw["verifier"]["warmup_sft_steps"] = 0
-    tango.run(build_config(raw), tmp_path / "clean")
+    run_recipe(build_config(raw), tmp_path / "clean")
     with monkeypatch.context() as m:
         _poisoned(m)
-        tango.run(build_config(raw), tmp_path / "poisoned")
+        run_recipe(build_config(raw), tmp_path / "poisoned")
     assert _training_rows(tmp_path / "clean") != _training_rows(tmp_path / "poisoned")
 
 
@@ -107,7 +107,7 @@ def test_the_wall_test_catches_a_recipe_that_reads_labels(sft_run, warm_verifier
 
 def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_verifier, tmp_path):
     start, _ = sft_run
-    results = tango.run(build_config(labelfree_config("consistency", start, warm_verifier)), tmp_path)
+    results = run_recipe(build_config(labelfree_config("consistency", start, warm_verifier)), tmp_path)
     assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
     assert _changed(tmp_path / "warmup" / "verifier", tmp_path / "final" / "verifier")
     rows = [r for r in _rows(tmp_path) if "gen/reward" in r]
@@ -134,7 +134,7 @@ def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_veri
 def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
     start, _ = sft_run
     raw = labelfree_config(recipe, start, warm_verifier, train={"steps": 3}, **overrides)
-    results = selfplay.run(build_config(raw), tmp_path)
+    results = run_recipe(build_config(raw), tmp_path)
     assert _changed(start / "final" / "generator", tmp_path / "final" / "generator"), "solver not updated"
     rows = [r for r in _rows(tmp_path) if "prop/reward" in r]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -214,10 +214,10 @@ def _flip_sep(f):
 
 
 MUTATIONS = {
-    "consistency": ("pseudo-labels inverted", tango, "pseudo_labels",
+    "consistency": ("pseudo-labels inverted", consistency, "pseudo_labels",
                     lambda f: lambda *a, **k: [None if x is None else not x for x in f(*a, **k)]),
-    "triad": ("solver reward blind to the judge", selfplay, "mae_solver_reward", lambda f: lambda judge, fmt: f(0.5, fmt)),
-    "reliability": ("R_sep sign flipped", selfplay, "reliability_signals", _flip_sep),
+    "triad": ("solver reward blind to the judge", triad, "mae_solver_reward", lambda f: lambda judge, fmt: f(0.5, fmt)),
+    "reliability": ("R_sep sign flipped", reliability, "reliability_signals", _flip_sep),
 }
 
 

@@ -23,8 +23,8 @@ from cotrain.models.build import (
 )
 from cotrain.models.generate import completion_logprobs, generate, group_logprobs
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
-from cotrain.runs.session import initial_model, make_optimizer
 from cotrain.tasks import make_task
+from cotrain.train.setup import initial_model, make_optimizer
 from tests.conftest import EASY_TASK, nano_config
 from tests.test_recipes import run_killed_and_resumed
 
@@ -34,8 +34,7 @@ ANSWERS = ["1+2=3\n#3", "8+2=10\n10+9=19\n#19", "5-5=0\n0+8=8\n#8"]
 
 def _batch(tok):
     """Prompts [3, P] and completions [3, T] of three worked examples, padded."""
-    from cotrain.models.generate import left_pad
-    from cotrain.recipes.sft import right_pad
+    from cotrain.models.generate import left_pad, right_pad
 
     prompt_ids, prompt_mask = left_pad(encode_generator_prompts(tok, QUESTIONS), tok.pad_token_id)
     target_ids, target_mask = right_pad([encode_completion(tok, a) for a in ANSWERS], tok.pad_token_id)
@@ -223,7 +222,7 @@ def test_lora_errors_are_one_line(monkeypatch):
 
 
 def test_device_is_honoured_and_a_missing_one_fails_at_build_time():
-    from cotrain.runs.session import initial_verifier
+    from cotrain.train.setup import initial_verifier
 
     cfg = build_config(nano_config("tango", model={"preset": "nano", "device": "cpu"}, verifier={"device": "cpu"}))
     assert next(initial_model(cfg)[0].parameters()).device.type == "cpu"
@@ -248,8 +247,7 @@ def answering_init(tmp_path_factory):
     problems = task.problems("train", 60 * 32, seed=0)
     model, tok = build_model(ModelConfig(preset="nano"), seed=0)
     opt, _ = make_optimizer(model, build_config({}).train.model_copy(update={"lr": 1e-2}), 60)
-    from cotrain.models.generate import left_pad
-    from cotrain.recipes.sft import right_pad
+    from cotrain.models.generate import left_pad, right_pad
 
     for step in range(60):
         batch = problems[step * 32:(step + 1) * 32]

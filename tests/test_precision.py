@@ -86,7 +86,8 @@ def test_gpu_check_without_cuda_says_so_in_one_line():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")}, cwd=REPO)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and lines[-1].startswith("gpu_check: no CUDA GPU here") and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and lines[-1].startswith("gpu_check: no CUDA GPU here"), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow

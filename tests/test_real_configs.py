@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from cotrain.check import check
 from cotrain.cli import main
 from cotrain.config import load_config
 from cotrain.errors import UserError
 from cotrain.eval.metrics import majority_answer
 from cotrain.models.build import build_standin
 from cotrain.roles import generator, proposer, verifier
-from cotrain.runs.check import check
 from cotrain.tasks import Problem, make_task
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task, default_data_dir, extract_gsm8k_answer
 

@@ -16,10 +16,10 @@ from cotrain.errors import UserError
 from cotrain.models.build import build_standin, load_model
 from cotrain.models.prompts import encode_generator_prompts, encode_proposer_prompts, uses_chat
 from cotrain.models.verify import encode_verifier_prompts
-from cotrain.recipes import grpo, selfplay, sft, tango
+from cotrain.recipes import grpo, sft
 from cotrain.roles import generator, proposer, verifier
 from cotrain.tasks.arith import ArithTask
-from tests.conftest import nano_config
+from tests.conftest import nano_config, run_recipe
 
 ARCHS = ("qwen2", "llama")
 # What a stand-in's tokenizer writes around a generator prompt (its chat template's markers).
@@ -103,12 +103,12 @@ WARMUP = {"warmup_sft_steps": 3, "warmup_samples": 8, "warmup_batch_size": 4}
 RUNS = {  # (run function, overrides of SMOKE)
     "sft": (sft.run, {}),
     "grpo": (grpo.run, {}),
-    "tango": (tango.run, {"verifier": WARMUP}),
-    "frozen_verifier": (tango.run, {"verifier": WARMUP}),
-    "consistency": (tango.run, {}),
-    "triad_shared": (selfplay.run, {"selfplay": {"shared_model": True}}),
-    "triad_separate": (selfplay.run, {"selfplay": {"shared_model": False}}),
-    "reliability": (selfplay.run, {}),
+    "tango": (run_recipe, {"verifier": WARMUP}),
+    "frozen_verifier": (run_recipe, {"verifier": WARMUP}),
+    "consistency": (run_recipe, {}),
+    "triad_shared": (run_recipe, {"selfplay": {"shared_model": True}}),
+    "triad_separate": (run_recipe, {"selfplay": {"shared_model": False}}),
+    "reliability": (run_recipe, {}),
 }
 
 

@@ -10,8 +10,8 @@ import yaml
 from safetensors.torch import load_file
 
 from cotrain.config import VerifierConfig, build_config
-from cotrain.recipes import tango
-from tests.conftest import ASSETS, nano_config
+from cotrain.train import verifier as train_verifier
+from tests.conftest import ASSETS, nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
 
@@ -46,7 +46,7 @@ def _changed(a: Path, b: Path) -> bool:
 def tango_run(sft_run, tmp_path_factory):
     start, _ = sft_run
     out = tmp_path_factory.mktemp("tango")
-    results = tango.run(build_config(tango_config(start)), out)
+    results = run_recipe(build_config(tango_config(start)), out)
     return start, out, results
 
 
@@ -74,7 +74,7 @@ def test_warmup_verifier_beats_chance_on_held_out_injected_errors(strong_start, 
     raw = nano_config("tango", init=str(start), train={"steps": 0}, tango={"eval_n": 100}, eval={"k": 0, "n": 10},
                       verifier={"warmup_sft_steps": 300, "warmup_batch_size": 32, "warmup_sft_lr": 2e-3,
                                 "warmup_samples": 2048, "max_new_tokens": 40})
-    results = tango.run(build_config(raw), tmp_path)
+    results = run_recipe(build_config(raw), tmp_path)
     injected = results["verifier_warmup"]["test_injected"]
     assert injected["n"] == 100 and injected["parse_rate"] >= 0.8, injected
     assert injected["balanced_accuracy"] >= 0.62, injected
@@ -108,7 +108,7 @@ def test_tango_smoke_trains_both_roles_and_logs_health(tango_run):
 def test_frozen_verifier_never_trains_the_verifier(sft_run, tmp_path):
     start, _ = sft_run
     raw = tango_config(start, "frozen_verifier", train={"steps": 4}, eval={"k": 0, "n": 10, "every": 0})
-    tango.run(build_config(raw), tmp_path)
+    run_recipe(build_config(raw), tmp_path)
     assert not _changed(tmp_path / "warmup" / "verifier", tmp_path / "final" / "verifier")
     assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
     assert not any("ver/reward" in r for r in _rows(tmp_path))
@@ -125,7 +125,7 @@ def test_tango_variants_run(sft_run, tmp_path, overrides):
     raw = tango_config(start, train={"steps": 2}, eval={"k": 0, "n": 10, "every": 0})
     for key, value in overrides.items():
         raw[key] = {**raw[key], **value}
-    results = tango.run(build_config(raw), tmp_path)
+    results = run_recipe(build_config(raw), tmp_path)
     assert math.isfinite(results["generator"]["test"]["pass@1"])
     assert all(math.isfinite(r.get("gen/loss", 0.0)) for r in _rows(tmp_path))
 
@@ -158,9 +158,9 @@ G_VER = VerifierConfig().group_size  # verifications per solution in the golden 
 TANGO_MUTATIONS = {
     # each verdict scored against the correctness of the next solution (a solution's G verifications
     # are contiguous, so the labels move by one solution: G places)
-    "verifier reward off by one": (tango, "verifier_rewards",
+    "verifier reward off by one": (train_verifier, "verifier_rewards",
                                    lambda f: lambda final, correct, *a, **k: f(final, correct[G_VER:] + correct[:G_VER], *a, **k)),
-    "process advantage sign flipped": (tango, "process_advantages", lambda f: lambda *a, **k: -f(*a, **k)),
+    "process advantage sign flipped": (train_verifier, "process_advantages", lambda f: lambda *a, **k: -f(*a, **k)),
 }
 
 
@@ -168,5 +168,5 @@ TANGO_MUTATIONS = {
 def test_tango_golden_catches_a_mutation(sft_run, tmp_path, monkeypatch, mutation):
     module, name, mutate = TANGO_MUTATIONS[mutation]
     monkeypatch.setattr(module, name, mutate(getattr(module, name)))
-    tango.run(build_config(_golden_config(sft_run[0])), tmp_path)
+    run_recipe(build_config(_golden_config(sft_run[0])), tmp_path)
     assert mismatch(golden_metrics(tmp_path, list(TANGO_GOLDEN)), TANGO_GOLDEN) is not None, f"{mutation}: golden still holds"

@@ -1,4 +1,4 @@
-"""cotrain run | eval | demo | plot | sweep.
+"""cotrain run | recipes | check | eval | demo | plot | sweep.
 
 Every mistake a user can make ends with one line on stderr and exit code 2.
 """
@@ -12,27 +12,13 @@ from pathlib import Path
 
 import yaml
 
-from cotrain import dist
+from cotrain import dist, registry
 from cotrain.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse would print the whole usage)
         raise UserError(f"{message} (see '{self.prog} --help')")
-
-
-def _recipe(name: str):
-    if name == "sft":
-        from cotrain.recipes import sft
-        return sft
-    if name in ("tango", "frozen_verifier", "consistency"):
-        from cotrain.recipes import tango
-        return tango
-    if name in ("triad", "reliability"):
-        from cotrain.recipes import selfplay
-        return selfplay
-    from cotrain.recipes import grpo
-    return grpo
 
 
 def cmd_run(args) -> int:
@@ -46,7 +32,7 @@ def cmd_run(args) -> int:
     dist.init()  # under torchrun: join the process group (one process: nothing)
     main_process = dist.is_main()
     try:
-        results = _recipe(cfg.recipe).run(cfg, out, resume=args.resume)
+        results = registry.load(cfg.recipe).run(cfg, out, resume=args.resume)
     except BaseException:
         dist.close(wait=False)
         raise
@@ -63,9 +49,14 @@ def _print_results(run_dir, results: dict) -> None:
             print(f"{run_dir}  {role}/{split}: {shown}")
 
 
+def cmd_recipes(args) -> int:
+    print(registry.listing())
+    return 0
+
+
 def cmd_check(args) -> int:
+    from cotrain.check import check
     from cotrain.config import load_config
-    from cotrain.runs.check import check
 
     cfg = load_config(args.config, args.overrides)
     print(f"cotrain check {args.config}", flush=True)
@@ -75,11 +66,12 @@ def cmd_check(args) -> int:
 
 def cmd_eval(args) -> int:
     from cotrain.config import build_config
+    from cotrain.dist import device
+    from cotrain.eval.during import eval_kwargs
     from cotrain.eval.evaluate import evaluate_generator
     from cotrain.models.build import load_model
     from cotrain.precision import resolve_bf16
     from cotrain.runs.rundir import resolve_model_dir, write_json_atomic
-    from cotrain.runs.session import device, eval_kwargs
     from cotrain.tasks import make_task
 
     flags = [f"eval.splits=[{args.splits}]"] if args.splits else []
@@ -126,7 +118,8 @@ def cmd_demo(args) -> int:
             results[name] = json.loads((out / name / "eval.json").read_text())
             print("   (already finished; --force reruns)")
         else:
-            results[name] = _recipe(cfg.recipe).run(cfg, out / name, resume=args.resume or (out / name / "checkpoints").exists())
+            resume = args.resume or (out / name / "checkpoints").exists()
+            results[name] = registry.load(cfg.recipe).run(cfg, out / name, resume=resume)
         prev = out / name
     names = list(stages)
     paths = [demo_figure(out / names[0], [out / n for n in names[1:]], out / "demo.png")]
@@ -176,12 +169,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cotrain", description="RL co-training of language models that check each other.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    r = sub.add_parser("run", help="run a config: cotrain run CONFIG.yaml [key.sub=value ...]")
+    r = sub.add_parser("run", help="run a config: cotrain run CONFIG.yaml [key.sub=value ...]",
+                       description="Run the recipe a config names (`recipe:`), in a run directory.",
+                       epilog="recipes:\n" + registry.listing(), formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config")
     r.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.lr=1e-4")
     r.add_argument("--out", help="run directory (overrides out_dir)")
     r.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
     r.set_defaults(fn=cmd_run)
+
+    rc = sub.add_parser("recipes", help="list the recipes a config can name, each with its summary")
+    rc.set_defaults(fn=cmd_recipes)
 
     c = sub.add_parser("check", help=("validate a config and start it: load the data and every model, run and grade "
                                       "the first rollout, report sizes, speed and memory"))

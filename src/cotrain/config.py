@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cotrain.errors import UserError
+from cotrain.registry import RECIPES, unknown
 
 
 class _Section(BaseModel):
@@ -278,13 +279,6 @@ class LogConfig(_Section):
     progress: bool = Field(True, description="Live progress bar on stderr.")
 
 
-LABEL_FREE = ("consistency", "triad", "reliability")
-"""Recipes whose training path never sees a ground-truth answer."""
-
-
-VLLM_RECIPES = ("grpo", "tango", "frozen_verifier", "consistency")
-
-
 class RolloutConfig(_Section):
     """Which engine samples the generator's rollouts (its training samples in grpo, tango,
     frozen_verifier and consistency; verifications, evaluation and self-play always use the HF path)."""
@@ -300,8 +294,7 @@ class RolloutConfig(_Section):
 
 
 class RunConfig(_Section):
-    recipe: Literal["sft", "grpo", "frozen_verifier", "tango", "consistency", "triad", "reliability"] = Field(
-        "grpo", description="Training loop to run.")
+    recipe: str = Field("grpo", description="Training loop to run: one of `cotrain recipes`.")
     seed: int = Field(0, description="The one seed; every random choice derives from it.")
     out_dir: str | None = Field(None, description="Run directory (the CLI's --out overrides it).")
     init: str | None = Field(None, description="Start from this checkpoint (a run dir, a step dir or a model dir).")
@@ -320,16 +313,24 @@ class RunConfig(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
 
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, name: str) -> str:
+        if name not in RECIPES:
+            raise ValueError(unknown(name))
+        return name
+
     @model_validator(mode="after")
     def _check(self):
         rl = self.recipe != "sft"
-        if self.recipe in LABEL_FREE and "warmup_sft_steps" not in self.verifier.model_fields_set:
+        recipe = RECIPES[self.recipe]
+        if recipe.label_free and "warmup_sft_steps" not in self.verifier.model_fields_set:
             self.verifier.warmup_sft_steps = 0   # the default warm-up reads labels
-        if self.recipe in LABEL_FREE and self.verifier.warmup_sft_steps:
+        if recipe.label_free and self.verifier.warmup_sft_steps:
             raise ValueError(
                 f"recipe {self.recipe} is label-free and cannot warm its verifier up on labelled verifications: set "
                 "verifier.warmup_sft_steps: 0 (and verifier.init to an already warmed-up verifier, if wanted)")
-        if self.train.fsdp and self.recipe in ("triad", "reliability"):
+        if self.train.fsdp and not recipe.fsdp:
             raise ValueError(f"train.fsdp is not supported by recipe {self.recipe}; set train.fsdp: false")
         if self.train.fsdp and (self.model.lora_r or (self.verifier.model and self.verifier.model.lora_r)):
             raise ValueError("train.fsdp with LoRA (model.lora_r > 0) is not supported; use one of them")
@@ -338,8 +339,9 @@ class RunConfig(_Section):
         if self.rollout.engine == "vllm" and self.grpo.top_p < 1:
             raise ValueError("rollout.engine: vllm reports log-probs renormalised over the top-p nucleus, which the "
                              "importance weights cannot match; set grpo.top_p: 1")
-        if self.rollout.engine == "vllm" and self.recipe not in VLLM_RECIPES:
-            raise ValueError(f"rollout.engine: vllm samples the generator of {', '.join(VLLM_RECIPES)}; "
+        if self.rollout.engine == "vllm" and not recipe.vllm:
+            vllm = [name for name, r in RECIPES.items() if r.vllm]
+            raise ValueError(f"rollout.engine: vllm samples the generator of {', '.join(vllm)}; "
                              f"recipe {self.recipe} uses rollout.engine: hf")
         if rl and self.train.batch_size % self.grpo.group_size:
             raise ValueError(

@@ -27,6 +27,11 @@ from cotrain.errors import UserError
 _sync_seconds = 0.0  # cumulative wall time spent in collectives (the `time/sync` metric)
 
 
+def device() -> torch.device:
+    """This process's default device: its GPU when there is one (`init` has chosen it under torchrun), else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def init() -> None:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1); nothing otherwise."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or td.is_initialized():

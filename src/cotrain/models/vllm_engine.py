@@ -182,7 +182,7 @@ class VllmEngine:
         Generation stops at `eos_id` only (the model's own eos tokens are ignored), as on the HF path.
         With a `seed`, each prompt's request gets a seed derived from (seed, prompt index), so a rollout
         is reproducible whatever else the engine runs; without one, the engine's seed governs. Under
-        torchrun each rank generates all the `prompts` it is given (`runs.session.Sampler` gives each
+        torchrun each rank generates all the `prompts` it is given (`train.rollout.Sampler` gives each
         rank its share of a step's prompts and gathers the rollouts). Greedy
         decoding asks vLLM for one completion per prompt (it refuses n > 1 without sampling) and
         repeats it `group_size` times.

@@ -28,28 +28,16 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
+from cotrain.eval.during import eval_during_training
 from cotrain.models.build import reference_model
-from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.recipes.policy import policy_update
-from cotrain.rl.losses import group_advantages, masked_mean
+from cotrain.rl.losses import group_advantages
 from cotrain.rl.selfplay import next_level
-from cotrain.runs.session import (
-    Compute,
-    Sampler,
-    StepTimer,
-    build_task,
-    derive_seed,
-    eval_during_training,
-    finish,
-    initial_model,
-    make_optimizer,
-    maybe_checkpoint,
-    open_session,
-    rollout_tokens,
-    sample_batch,
-    training_pool,
-)
+from cotrain.runs.session import finish, maybe_checkpoint, open_session
 from cotrain.tasks import make_task
+from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
+from cotrain.train.update import generator_update
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
@@ -77,11 +65,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- rollout
         prompt_problems = sample_batch(pools[level], n_prompts, cfg.seed, step)        # [B]
         problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
-        prompts = encode_generator_prompts(tokenizer, [p.question for p in prompt_problems])
-        ro = sampler(model, prompts, group_size=g.group_size, max_new_tokens=g.max_new_tokens,
-                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
-                     top_p=g.top_p, seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
-        texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
+        ro, texts = sampler.groups(model, tokenizer, [p.question for p in prompt_problems], g,
+                                   seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
         forward, generated = rollout_tokens(ro)
         compute.add("gen", forward=forward, generated=generated)
         timer.lap("gen", generated)
@@ -90,32 +75,19 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # graded once per sample across processes: every rank gets the same rewards, time limits or not
         rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))))  # [B*G]
         advantages = group_advantages(rewards, g.group_size, g.scale_rewards)          # [B*G]
-        mask = ro.completion_mask.clone()                                              # [B*G, T]
-        if g.mask_truncated:
-            mask[ro.truncated] = 0
         timer.lap("reward")
 
         # -------------------------------------------------------------- loss and update
-        sampler.before_update()
-        stats = policy_update(model, opt, ro, advantages, mask, g, max_grad_norm=cfg.train.max_grad_norm,
-                              bf16=cfg.train.bf16, ref_model=ref_model, micro_batch_size=cfg.train.micro_batch_size,
-                              tis_cap=sampler.tis_cap)
-        sched.step()
-        sampler.after_update(model)
+        stats = generator_update(cfg, model, opt, sched, ro, advantages, sampler=sampler, ref_model=ref_model)
         trained = stats["tokens_trained"] + stats["prompt_tokens_trained"]
         compute.add("gen", trained=trained)
         timer.lap("update", trained)
 
         # -------------------------------------------------------------- log / eval / checkpoint
-        grouped = rewards.view(-1, g.group_size)
         metrics = {
-            "gen/reward": rewards.mean().item(),
-            "gen/reward_std": grouped.std(dim=1).mean().item(),
-            "gen/frac_reward_zero_std": (grouped.std(dim=1) == 0).float().mean().item(),
+            **reward_metrics("gen", rewards, g.group_size),
             "gen/acc": (rewards >= 1).float().mean().item(),
-            "gen/len_mean": ro.lengths.float().mean().item(),
-            "gen/len_clipped_ratio": ro.truncated.float().mean().item(),
-            "gen/entropy": masked_mean(ro.entropy, ro.completion_mask).item(),  # of the sampler, all rows
+            **rollout_metrics("gen", ro),  # the sampler's entropy, over all rows
             "gen/lr": sched.get_last_lr()[0],
             **{f"gen/{k}": v for k, v in stats.items() if "tokens" not in k},
             "tokens/gen_generated": generated,

@@ -19,33 +19,13 @@ import torch
 
 from cotrain.config import RunConfig
 from cotrain.errors import UserError
+from cotrain.eval.during import eval_during_training, eval_kwargs
 from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
-from cotrain.recipes.policy import supervised_step
-from cotrain.runs.session import (
-    StepTimer,
-    build_task,
-    eval_during_training,
-    eval_kwargs,
-    finish,
-    initial_model,
-    make_optimizer,
-    maybe_checkpoint,
-    open_session,
-    sample_batch,
-    training_pool,
-)
-
-
-def right_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token lists into ids [N, T] and mask [N, T]."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, :len(s)] = 1
-    return ids, mask
+from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.train.compute import StepTimer
+from cotrain.train.setup import build_task, initial_model, make_optimizer, sample_batch, training_pool
+from cotrain.train.update import supervised_step
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:

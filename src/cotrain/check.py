@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from cotrain.config import LABEL_FREE, RunConfig
+from cotrain.config import RunConfig
+from cotrain.dist import device
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import EVAL_SEED
 from cotrain.models.build import load_model, prepare_for_training
@@ -33,11 +34,10 @@ from cotrain.models.prompts import (
 )
 from cotrain.models.verify import verify
 from cotrain.precision import resolve_bf16
+from cotrain.registry import RECIPES
 from cotrain.runs.rundir import resolve_model_dir
-from cotrain.runs.session import build_task, derive_seed, device, initial_model, sample_batch, training_pool
+from cotrain.train.setup import build_task, derive_seed, initial_model, sample_batch, training_pool
 
-VERIFIER_RECIPES = ("tango", "frozen_verifier", "consistency")
-SELFPLAY_RECIPES = ("triad", "reliability")
 SAMPLE_CHARS = 300
 """The sample completion is shown up to this many characters."""
 
@@ -99,7 +99,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         note = low_precision_note(model, _role_lr(cfg, role))
         if note:
             say(f"note      {role}: {note}")
-    if cfg.recipe in SELFPLAY_RECIPES and cfg.selfplay.shared_model:
+    if "judge" in RECIPES[cfg.recipe].roles and cfg.selfplay.shared_model:
         say("roles     proposer, solver and judge are the generator (selfplay.shared_model)")
     say(f"          {len(roles)} model(s) built or loaded in {time.perf_counter() - start:.1f} s")
     model, tok, _ = roles["generator"]
@@ -115,7 +115,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     proposer_tok = roles.get("proposer", roles["generator"])[1]
     say(f"prompts   {len(prompt_ids)} of step 1's training prompts, encoded: {span} tokens each"
         + (f"; proposer prompt {len(encode_proposer_prompts(proposer_tok, questions[:1])[0])} tokens"
-           if cfg.recipe in SELFPLAY_RECIPES else ""))
+           if "judge" in RECIPES[cfg.recipe].roles else ""))
 
     # ------------------------------------------------------------------ first rollout
     config_limit = plan["max_new_tokens"]
@@ -150,7 +150,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     answered = sum(task.extract_answer(text) is not None for text in texts)
     report["reward_mean"] = sum(rewards) / len(rewards)
     report["sample"] = texts[0]
-    graded = "ground-truth grade; the recipe trains on label-free rewards" if cfg.recipe in LABEL_FREE else "task.grade"
+    graded = "ground-truth grade; the recipe trains on label-free rewards" if RECIPES[cfg.recipe].label_free else "task.grade"
     say(f"reward    mean {report['reward_mean']:.3f} over {len(rewards)} ({graded}); "
         f"an answer extracted from {answered}/{len(texts)} (task.extract_answer)")
     shown = texts[0] if len(texts[0]) <= SAMPLE_CHARS else texts[0][:SAMPLE_CHARS] + " [...]"
@@ -158,7 +158,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
 
     # ------------------------------------------------------------------ the verifier's (judge's) first verification
     checker = "verifier" if "verifier" in roles else "judge" if "judge" in roles else (
-        "generator" if cfg.recipe in SELFPLAY_RECIPES else None)
+        "generator" if "judge" in RECIPES[cfg.recipe].roles else None)
     if checker is not None:
         vmodel, vtok, _ = roles[checker]
         vlimit = min(cfg.verifier.max_new_tokens, max_new_tokens) if max_new_tokens else cfg.verifier.max_new_tokens
@@ -210,7 +210,7 @@ def first_rollout(cfg: RunConfig) -> dict:
 def build_roles(cfg: RunConfig) -> dict[str, tuple]:
     """{role: (model, tokenizer, where it comes from)} of every model a run of `cfg` builds, by the
     recipes' own rules; one entry when proposer, solver and judge share the generator."""
-    from cotrain.runs.session import initial_verifier  # the recipes' own rule, so a check loads what a run loads
+    from cotrain.train.setup import initial_verifier  # the recipes' own rule, so a check loads what a run loads
 
     # every checkpoint path first: a wrong one fails before minutes of loading the others
     for path in (cfg.init, cfg.verifier.init, cfg.selfplay.proposer_init):
@@ -223,9 +223,9 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
                        else f"{v.init} (verifier.init)" if v.init
                        else f"{cfg.init} (init, as the generator)" if cfg.init
                        else _source(None, cfg.model) + (", a second copy" if cfg.model.path else ", its own seed"))
-    if cfg.recipe in VERIFIER_RECIPES:
+    if "verifier" in RECIPES[cfg.recipe].roles:
         roles["verifier"] = (*initial_verifier(cfg), verifier_source)
-    elif cfg.recipe in SELFPLAY_RECIPES and not cfg.selfplay.shared_model:
+    elif "judge" in RECIPES[cfg.recipe].roles and not cfg.selfplay.shared_model:
         sp = cfg.selfplay
         if sp.proposer_init:
             proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=cfg.model.dtype)

@@ -1,16 +1,20 @@
-"""The GRPO policy update shared by the RL recipes: one call trains one role on one batch of rollouts.
+"""Policy updates shared by the recipes: one call trains one role on one batch.
 
 Every RL recipe ends a role's step the same way (old log-probs, `num_iterations` passes over
-`num_minibatches`, PPO-clip loss, clipping, AdamW), whatever produced its advantages; the recipes
-differ in how they roll out and reward, which stays in their own files.
+`num_minibatches`, PPO-clip loss, clipping, AdamW: `policy_update`), whatever produced its
+advantages; roles that share one model add their losses first (`policy_backward`, then one
+`optimizer_step`). `supervised_step` is one SFT step; `sequence_logprobs` gives the differentiable
+sequence log-probs a DPO or ranking loss (rl/selfplay.py) is built on. The recipes differ in how
+they roll out and reward, which stays in their own files.
 """
 from __future__ import annotations
 
 import torch
 
 from cotrain import dist
-from cotrain.config import GrpoConfig
-from cotrain.models.generate import Rollout, completion_logprobs, group_logprobs, left_pad
+from cotrain.config import GrpoConfig, RunConfig
+from cotrain.models.generate import Rollout, completion_logprobs, group_logprobs, left_pad, right_pad
+from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.rl.losses import contributing_groups, grpo_loss, importance_stats, truncated_importance_weights
 
 
@@ -161,6 +165,23 @@ def _backward(model, ro: Rollout, advantages, mask, g: GrpoConfig, chunks: list[
     return {"loss": sums[0], **{key: sums[1 + i] / tokens for i, key in enumerate(keys)}}
 
 
+def generator_update(cfg: RunConfig, model, opt, sched, ro: Rollout, advantages: torch.Tensor, *, sampler,
+                     ref_model=None) -> dict[str, float]:
+    """The generator's step on its rollouts (`policy_update` with the run's settings): truncated samples
+    left out of the loss when `grpo.mask_truncated`, the rollout engine asleep during the update and
+    given the new weights after it (`train.rollout.Sampler`), the schedule stepped."""
+    mask = ro.completion_mask.clone()                                                  # [B*G, T]
+    if cfg.grpo.mask_truncated:
+        mask[ro.truncated] = 0
+    sampler.before_update()
+    st = policy_update(model, opt, ro, advantages, mask, cfg.grpo, max_grad_norm=cfg.train.max_grad_norm,
+                       bf16=cfg.train.bf16, ref_model=ref_model, micro_batch_size=cfg.train.micro_batch_size,
+                       tis_cap=sampler.tis_cap)
+    sched.step()
+    sampler.after_update(model)
+    return st
+
+
 def optimizer_step(model, opt, max_grad_norm: float) -> float:
     """Average the accumulated gradients over processes (FSDP2 has averaged a sharded model's in its
     backward pass), clip them and step; the norm before clipping."""
@@ -199,9 +220,6 @@ def sequence_logprobs(model, tokenizer, questions: list[str], texts: list[str], 
                       bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The summed log-prob [N] of each completion text after its question's generator prompt
     (differentiable), and its number of tokens [N] (eos included). Texts are re-encoded."""
-    from cotrain.models.prompts import encode_completion, encode_generator_prompts
-    from cotrain.recipes.sft import right_pad
-
     prompt_ids, prompt_mask = left_pad(encode_generator_prompts(tokenizer, questions), tokenizer.pad_token_id)
     target_ids, target_mask = right_pad([encode_completion(tokenizer, t) for t in texts], tokenizer.pad_token_id)
     logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask, bf16=bf16)  # [N, T]
@@ -216,8 +234,6 @@ def supervised_step(model, opt, prompts: list[list[int]], targets: list[list[int
     The examples are split over torchrun processes and run in micro-batches of at most
     `micro_batch_size`; each part's loss is divided by the whole batch's token count, so the
     accumulated, process-averaged gradient is the whole batch's."""
-    from cotrain.recipes.sft import right_pad
-
     total_tokens = sum(len(t) for t in targets)
     mine = list(dist.shard(len(prompts)))
     per = len(mine) if micro_batch_size is None else micro_batch_size

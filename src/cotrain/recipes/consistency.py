@@ -1,0 +1,199 @@
+"""Label-free co-training by self-consistency (research direction 2): tango with majority-vote pseudo-labels.
+
+RL Tango with every ground-truth label replaced by the agreement with its group's majority answer.
+
+Algorithm (the loop of recipes/tango.py; formulas in DESIGN.md). No ground truth on the training
+path: it sees `tasks.base.blind` problems.
+  pseudo-label  a solution is labelled correct when its answer equals the majority answer of its group
+            of G samples; groups whose majority has a share below `consistency.min_share` are
+            unlabelled (None), and their solutions train neither role.
+  generator each step samples G solutions of B prompts; the verifier verifies each one; reward
+            r = w * 1[approved] + (1 - w) * 1[agrees with the majority] (w = `consistency.w_verdict`),
+            group advantages mixed with the verifier's process advantages as in tango; the GRPO update.
+  verifier  after every Ng generator steps, Nv verifier steps: G fresh solutions of each of
+            `verifier.solutions / G` prompts (a group, so that they have a majority), rewarded for a
+            final verdict that agrees with the pseudo-label, advantages reweighted by class.
+
+Deviations: no labelled warm-up (it would read labels): start the verifier from a warmed-up one
+(`verifier.init`); `verifier.warmup_rl_steps` RL steps on pseudo-labels may follow.
+
+Metrics: as tango, but ground truth is read only by the metrics under `gt/` (gen_acc, agree,
+agree_balanced, hack_gap, pseudo_label_acc, ver_acc, ver_balanced_acc, ver_pseudo_label_acc) and by
+evaluation (`eval/`); `ver/acc` and `cotrain/agree_pseudo` are agreement with pseudo-labels,
+`cotrain/labelled` the share of samples with a pseudo-label.
+
+Run:  cotrain run configs/consistency_smoke.yaml --out runs/consistency
+"""
+from __future__ import annotations
+
+import torch
+
+from cotrain import dist
+from cotrain.config import RunConfig
+from cotrain.eval.during import eval_during_training, eval_verifier_during, injected_heldout
+from cotrain.eval.verifier_metrics import verdict_metrics
+from cotrain.models.build import reference_model
+from cotrain.rl.losses import group_advantages, masked_mean
+from cotrain.rl.selfplay import consistency_rewards, pseudo_labels
+from cotrain.rl.tango import alpha_at, mix_advantages
+from cotrain.runs.rundir import list_checkpoints
+from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.tasks.base import blind
+from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.setup import (
+    build_task,
+    derive_seed,
+    initial_model,
+    initial_verifier,
+    make_optimizer,
+    sample_batch,
+    training_pool,
+)
+from cotrain.train.update import generator_update
+from cotrain.train.verifier import (
+    VerifierRL,
+    cotrain_monitors,
+    final_verifier_results,
+    mean_metrics,
+    verdict_process_advantages,
+    verify_samples,
+    warm_up,
+)
+
+
+def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
+    g, v, tg = cfg.grpo, cfg.verifier, cfg.tango
+    frozen = tg.ver_steps == 0
+    # ------------------------------------------------------------------ build
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    model, tokenizer = initial_model(cfg)
+    verifier, vtok = initial_verifier(cfg)
+    model.train()  # each on its model config's device: initial_model and initial_verifier placed them
+    verifier.train()
+    # The generator's frozen reference is its start (with LoRA: its base, adapters off); none when beta == 0.
+    ref_model = reference_model(model) if g.beta > 0 else None
+    labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    pool = blind(labelled_pool)
+    truth = {p.question: p for p in labelled_pool}  # ground truth of the training problems, for gt/* metrics only
+    opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
+    ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
+    vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
+                                  max(ver_rl_steps, 1))
+    roles = {"generator": (model, tokenizer, opt, sched), "verifier": (verifier, vtok, vopt, vsched)}
+    warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
+    session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
+    compute = Compute({"gen": model.num_parameters(), "ver": verifier.num_parameters()}, session.state.get("compute"))
+
+    def pseudo(texts: list[str], problems: list, group_size: int) -> list[bool | None]:
+        """Each solution's agreement with its group's majority answer (None: the group has no majority)."""
+        return pseudo_labels([task.extract_answer(t) for t in texts], group_size, cfg.consistency.min_share)
+
+    def truth_of(texts: list[str], problems: list) -> list[bool]:
+        """Ground-truth correctness, for the metrics alone."""
+        return dist.map_shards(lambda tp: task.grade(tp[0], truth[tp[1].question]) >= 1, list(zip(texts, problems)))
+
+    ver_rl = VerifierRL(cfg, pool, (model, tokenizer), (verifier, vtok, vopt, vsched), compute, labels=pseudo,
+                        truth=truth_of, per_prompt=g.group_size, ema=session.state.get("class_ema"),
+                        step_count=session.state.get("ver_step", 0))
+    heldout = injected_heldout(cfg, task)
+    n_prompts = cfg.train.batch_size // g.group_size
+
+    def eval_verifier() -> dict[str, float]:
+        return eval_verifier_during(cfg, verifier, vtok, task, heldout)
+
+    # ------------------------------------------------------------------ warm-up (step 0: RL on pseudo-labels, if any)
+    if not warmed:
+        warm_up(cfg, session, roles, task, pool, ver_rl, eval_verifier)
+
+    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    for step in range(session.start_step + 1, cfg.train.steps + 1):
+        timer = StepTimer()
+        # -------------------------------------------------------------- generator rollout
+        prompt_problems = sample_batch(pool, n_prompts, cfg.seed, step)                # [B]
+        problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
+        ro, texts = sampler.groups(model, tokenizer, [p.question for p in prompt_problems], g,
+                                   seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
+        forward, generated = rollout_tokens(ro)
+        compute.add("gen", forward=forward, generated=generated)
+        timer.lap("gen", generated)
+
+        # -------------------------------------------------------------- verification of every sample
+        vro, parsed, distinct = verify_samples(verifier, vtok, [p.question for p in problems], texts, v,
+                                               seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16)
+        forward, verified = rollout_tokens(vro)
+        compute.add("ver", forward=forward)
+        timer.lap("verify", verified)
+
+        # -------------------------------------------------------------- pseudo-labels, rewards and advantages
+        labels = pseudo(texts, problems, g.group_size)                                     # [B*G]
+        approved = [x.final for x in parsed]
+        rewards = consistency_rewards(labels, approved, cfg.consistency.w_verdict)          # [B*G]
+        outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
+        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size)  # [B*G, T]
+        alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
+        advantages = mix_advantages(outcome_adv, process_adv, alpha)                      # [B*G, T]
+        timer.lap("reward")
+
+        # -------------------------------------------------------------- generator update
+        st = generator_update(cfg, model, opt, sched, ro, advantages, sampler=sampler, ref_model=ref_model)
+        trained = st["tokens_trained"] + st["prompt_tokens_trained"]
+        compute.add("gen", trained=trained)
+        timer.lap("update", trained)
+
+        # -------------------------------------------------------------- verifier steps
+        ver_metrics: list[dict] = []
+        if not frozen and step % tg.gen_steps == 0:
+            ver_metrics = [ver_rl.step() for _ in range(tg.ver_steps)]
+            timer.lap("ver_update")
+
+        # -------------------------------------------------------------- log / eval / checkpoint
+        metrics = {
+            **reward_metrics("gen", rewards, g.group_size),
+            **label_free_monitors(labels, approved, truth_of(texts, problems)),
+            **rollout_metrics("gen", ro),
+            "gen/lr": sched.get_last_lr()[0],
+            "gen/alpha": alpha,
+            "gen/process_usable": sum(r is not None for r in s_rewards) / len(s_rewards),
+            "gen/adv_process_abs": masked_mean(process_adv.abs(), ro.completion_mask).item(),
+            **{f"gen/{k}": x for k, x in st.items() if "tokens" not in k},
+            "cotrain/format": sum(x.format for x in parsed) / len(parsed),
+            "cotrain/distinct_verified": distinct,
+            "tokens/gen_generated": generated,
+            "tokens/gen_trained": st["tokens_trained"],
+            **mean_metrics(ver_metrics),
+            **compute.metrics(),
+        }
+        if cfg.eval.every and step % cfg.eval.every == 0:
+            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_verifier())
+            model.train()
+            timer.lap("eval")
+        metrics.update(timer.metrics())
+        if step % cfg.log.every == 0 or step == cfg.train.steps:
+            session.logger.log(step, metrics)
+        session.progress.update(step, {"reward": metrics["gen/reward"], "agree": metrics["gt/agree"],
+                                       **{k.split("/", 1)[1]: x for k, x in metrics.items() if k.startswith("eval/")}})
+        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, **ver_rl.state()})
+
+    # ------------------------------------------------------------------ final evaluation
+    results = final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout)
+    results["compute"] = compute.summary()
+    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_models={"verifier": (verifier, vtok)},
+                  other_results=results)
+
+
+
+def label_free_monitors(labels: list[bool | None], approved: list[bool | None], correct: list[bool]) -> dict:
+    """The co-training monitors against ground truth, under gt/ (`correct` trains no one), and how the
+    pseudo-labels cover the samples (cotrain/labelled), match the truth (gt/pseudo_label_acc) and
+    agree with the verifier (cotrain/agree_pseudo)."""
+    names = {"gen/acc": "gt/gen_acc", "cotrain/agree": "gt/agree", "cotrain/agree_balanced": "gt/agree_balanced",
+             "cotrain/hack_gap": "gt/hack_gap", "cotrain/approve_rate": "cotrain/approve_rate"}
+    labelled = [(lab, c) for lab, c in zip(labels, correct) if lab is not None]
+    agree_pseudo = verdict_metrics([a for a, lab in zip(approved, labels) if lab is not None],
+                                   [lab for lab in labels if lab is not None])["accuracy"] if labelled else 0.0
+    return {**{names[k]: x for k, x in cotrain_monitors(approved, correct).items()},
+            "gt/pseudo_label_acc": sum(a == b for a, b in labelled) / max(len(labelled), 1),
+            "cotrain/labelled": len(labelled) / len(labels), "cotrain/agree_pseudo": agree_pseudo}

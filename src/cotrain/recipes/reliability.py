@@ -1,0 +1,269 @@
+"""Reliability-guided self-play (research/004): questions rewarded where the judge is reliable, no labels.
+
+No ground truth on the training path: the proposer writes questions, the solver answers, the judge
+scores; seed questions come from the train split through `tasks.base.blind` (answers hidden).
+Ground truth is read only by the metrics under `gt/` and by evaluation (`eval/`). The roles' models
+are set up as in triad (one shared model or three; the judge is the verifier role).
+
+Algorithm (formulas in DESIGN.md), each step:
+  proposer  as in triad; the valid proposals and buffer questions make B = batch_size / C questions.
+  solver    C candidates per question from sampling regimes: strong (`n_strong` at
+            `strong_temperature`, and `n_best_of` best-of-N by self-consistency) and weak (`n_weak` at
+            `weak_temperature`, and `n_old` from the solver's start checkpoint).
+  judge     `judge_passes` pointwise passes per candidate: scores [C, P]; R_cons = 1 - mean Var over
+            passes, R_sep = E[J(strong)] - E[J(weak)], R_stab = agreement of the pairwise
+            preferences across passes.
+  proposer  reward = weighted sum of the signals of its question (`reliability.weights`);
+            `invalid_reward` / `malformed_reward` for questions outside the limits / unparsable.
+  solver    trains only on questions whose signals all pass `reliability.thresholds` (all
+            questions with `reliability.filter: false`), by `solver_loss`: DPO on the (best, worst)
+            judged candidates with the start checkpoint as reference, policy gradient on the judge's
+            per-question normalised scores, or a ranking loss on length-normalised log-probs.
+            The judge is not trained.
+  update    one optimizer step per model on the sum of its roles' losses.
+
+Deviations, and why:
+  - Pairwise preferences are read from each pass's pointwise scores (pass k prefers a_i over a_j
+    when s_i > s_j), not asked of the judge with a pairwise prompt.
+  - Best-of-N picks by self-consistency (a sample with the majority answer of N), not by the
+    judge's score: choosing by the judge would make the separation signal circular.
+  - The judge scores by the verifier's verdict, as in triad.
+
+Metrics: `prop/*` as in triad, `gen/*` (the solver), `judge/*`, `rel/cons|sep|stab` (over the
+proposed questions), `rel/pass_share`, and the ground-truth monitors `gt/strong_acc`, `gt/weak_acc`,
+`gt/judge_agree`, `gt/proposed_solver_acc`.
+
+Run:  cotrain run configs/reliability_smoke.yaml --out runs/reliability
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from cotrain.config import RunConfig
+from cotrain.eval.during import eval_during_training
+from cotrain.models.generate import generate
+from cotrain.models.prompts import decode_completions, encode_generator_prompts
+from cotrain.rl.selfplay import (
+    dpo_loss,
+    majority_vote,
+    passes_thresholds,
+    preference_pairs,
+    ranking_loss,
+    reliability_reward,
+    reliability_signals,
+)
+from cotrain.runs.rundir import list_checkpoints
+from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.rollout import rollout_tokens
+from cotrain.train.selfplay import (
+    add_optimizers,
+    gt_correct,
+    judge,
+    judge_agreement,
+    mean,
+    propose,
+    proposer_backward,
+    proposer_metrics,
+    proposer_warm_up,
+    seed_questions,
+    selfplay_models,
+    solver_start,
+    step_models,
+    truth_lookup,
+    zero_all,
+)
+from cotrain.train.setup import build_task, derive_seed
+from cotrain.train.update import sequence_logprobs
+
+
+def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
+    sp, rel = cfg.selfplay, cfg.reliability
+    # ------------------------------------------------------------------ build
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
+    seeds, truth = seed_questions(cfg, task)     # truth: for the gt/ metrics alone
+    truth_of = truth_lookup(task, truth)
+    add_optimizers(cfg, m)
+    # the solver's start: the weak regime's older checkpoint and DPO's reference
+    older = solver_start(cfg, run_dir, resume) if rel.n_old or rel.solver_loss == "dpo" else None
+    warmed = resume and bool(list_checkpoints(run_dir))
+    session = open_session(cfg, run_dir, resume, m.roles, desc="reliability")
+    buffer: list[str] = list(session.state.get("buffer", seeds))
+    compute = Compute(m.n_params(), session.state.get("compute"))
+    n_candidates = rel.n_strong + rel.n_weak + rel.n_old + rel.n_best_of
+    n_questions = max(1, cfg.train.batch_size // n_candidates)
+    (solver, tok), (proposer, _) = m.solver, m.proposer
+
+    def state() -> dict:
+        return {"compute": compute.tokens, "buffer": buffer[-sp.buffer_size:]}
+
+    # ------------------------------------------------------------------ proposer warm-up (step 0, no answers)
+    if not warmed and sp.proposer_warmup_steps:
+        proposer_warm_up(cfg, session, m, seeds, compute, older, state())
+
+    for step in range(session.start_step + 1, cfg.train.steps + 1):
+        timer = StepTimer()
+        rng = random.Random(derive_seed(cfg.seed, "questions", step))
+        # -------------------------------------------------------------- proposer
+        props = propose(cfg, task, m.proposer, rng.choice(seeds), compute, step, timer)
+        questions = props.fresh + [rng.choice(buffer) for _ in range(max(0, n_questions - len(props.fresh)))]
+
+        # -------------------------------------------------------------- solver: C candidates per question
+        texts, strong = _candidates(cfg, task, solver, tok, older, questions, compute, step, timer)  # [B][C], [C]
+        C, P = len(strong), sp.judge_passes
+
+        # -------------------------------------------------------------- judge: every candidate, P passes
+        asked = [q for q in questions for _ in range(C)]
+        answers = [t for row in texts for t in row]
+        _, parsed, scores = judge(cfg, m.judge, asked, answers, compute, step, timer)
+        scores = scores.view(len(questions), C, P)                                             # [B, C, P]
+
+        # -------------------------------------------------------------- reliability signals and rewards
+        strong_t = torch.tensor(strong)
+        signals = [reliability_signals(scores[i], strong_t) for i in range(len(questions))]
+        passed = [passes_thresholds(s, rel.thresholds) for s in signals]
+        per_question = {}
+        for q, s in zip(questions, signals):
+            per_question.setdefault(q, s)
+        trained = [i for i in range(len(questions)) if passed[i] or not rel.filter]
+        prop_rewards = torch.tensor([
+            reliability_reward(per_question[q], rel.weights) if valid
+            else rel.invalid_reward if parsable else rel.malformed_reward
+            for q, (parsable, valid) in zip(props.questions, props.checks)])                   # [P]
+        buffer.extend(props.fresh)  # quality is validity here: every valid question passes the quality filter
+        del buffer[:-sp.buffer_size]
+        timer.lap("reward")
+
+        # -------------------------------------------------------------- one update per model
+        trained_before = sum(t["trained"] for t in compute.tokens.values())
+        zero_all(m)
+        prop_st = proposer_backward(cfg, m.proposer, props, prop_rewards, compute)
+        loss, n_pairs, tokens = _solver_loss(cfg, solver, tok, older, questions, texts, scores, trained)
+        if loss is not None:
+            loss.backward()
+        compute.add("gen", trained=tokens)
+        grad_norms = step_models(cfg, m)
+        timer.lap("update", sum(t["trained"] for t in compute.tokens.values()) - trained_before)
+
+        # -------------------------------------------------------------- log / eval / checkpoint
+        correct = gt_correct(task, truth_of, asked, answers)  # ground truth: metrics only
+        by_regime = {"strong": [], "weak": []}
+        for k, c in enumerate(correct):
+            if c is not None:
+                by_regime["strong" if strong[k % C] else "weak"].append(float(c))
+        fresh = signals[:len(props.fresh)]
+        metrics = {
+            **proposer_metrics(task, props, prop_rewards, prop_st, grad_norms[id(proposer)]),
+            "gen/grad_norm": grad_norms[id(solver)],
+            "gen/loss": 0.0 if loss is None else loss.item(), "gen/pairs": float(n_pairs),
+            "gen/judge_score": scores.mean().item(),
+            "gen/format": mean([float(task.extract_answer(a) is not None) for a in answers]),
+            "judge/approve_rate": mean([float(x.final is True) for x in parsed]),
+            "judge/score_var": scores.var(dim=2, unbiased=False).mean().item(),
+            **{f"rel/{k}": mean([s[k] for s in fresh]) for k in ("cons", "sep", "stab") if fresh},
+            "rel/pass_share": mean([float(p) for p in passed[:len(props.fresh)]]) if props.fresh else 0.0,
+            "rel/pass_share_all": mean([float(p) for p in passed]),
+            "rel/trained_questions": float(len(trained)),
+            "gt/strong_acc": mean(by_regime["strong"]),
+            "gt/weak_acc": mean(by_regime["weak"]),
+            "gt/judge_agree": judge_agreement(parsed, P, correct),
+            "gt/proposed_solver_acc": mean([float(c) for c in correct[:C * len(props.fresh)] if c is not None]),
+            "buffer/size": len(buffer),
+            **compute.metrics(),
+        }
+        if cfg.eval.every and step % cfg.eval.every == 0:
+            metrics.update(eval_during_training(cfg, solver, tok, task))
+            solver.train()
+            timer.lap("eval")
+        metrics.update(timer.metrics())
+        if step % cfg.log.every == 0 or step == cfg.train.steps:
+            session.logger.log(step, metrics)
+        session.progress.update(step, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"],
+                                       **{k.split("/", 1)[1]: x for k, x in metrics.items() if k.startswith("eval/")}})
+        maybe_checkpoint(cfg, session, step, m.roles, extra=state())
+
+    others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}
+    return finish(cfg, session, solver, tok, task, cfg.train.steps, other_models=others,
+                  other_results={"compute": compute.summary()})
+
+
+# ---------------------------------------------------------------------- candidates from the sampling regimes
+
+
+def _candidates(cfg: RunConfig, task, solver, tok, older, questions: list[str], compute: Compute, step: int,
+                timer: StepTimer) -> tuple[list[list[str]], list[bool]]:
+    """Each question's C candidates ([B][C] texts) and which regimes are strong ([C], the same regimes
+    for every question): strong and weak temperatures, the older checkpoint, best-of-N."""
+    g, rel = cfg.grpo, cfg.reliability
+    prompts = encode_generator_prompts(tok, questions)
+    regimes = [(solver, rel.n_strong, rel.strong_temperature, True), (solver, rel.n_weak, rel.weak_temperature, False),
+               (older, rel.n_old, 1.0, False)]
+    texts: list[list[str]] = [[] for _ in questions]     # [B][C]
+    strong: list[bool] = []                               # [C]
+    for r, (model, n, temperature, is_strong) in enumerate(regimes):
+        if not n:
+            continue
+        ro = generate(model, prompts, group_size=n, max_new_tokens=g.max_new_tokens, eos_id=tok.eos_token_id,
+                      pad_id=tok.pad_token_id, temperature=temperature, seed=derive_seed(cfg.seed, "candidates", r, step),
+                      bf16=cfg.train.bf16)
+        compute.add("gen", forward=rollout_tokens(ro)[0])
+        decoded = decode_completions(tok, ro.completion_ids, ro.completion_mask)
+        timer.lap("gen", rollout_tokens(ro)[1])
+        for i in range(len(questions)):
+            texts[i] += decoded[i * n:(i + 1) * n]
+        strong += [is_strong] * n
+    if rel.n_best_of:  # best-of-N by self-consistency: per block of N samples, one with the majority answer
+        N = rel.best_of
+        ro = generate(solver, prompts, group_size=rel.n_best_of * N, max_new_tokens=g.max_new_tokens,
+                      eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.0,
+                      seed=derive_seed(cfg.seed, "best-of", step), bf16=cfg.train.bf16)
+        compute.add("gen", forward=rollout_tokens(ro)[0])
+        decoded = decode_completions(tok, ro.completion_ids, ro.completion_mask)
+        timer.lap("gen", rollout_tokens(ro)[1])
+        answers = [task.extract_answer(t) for t in decoded]
+        majorities, _ = majority_vote(answers, N)
+        for b, majority in enumerate(majorities):
+            block = range(b * N, (b + 1) * N)
+            pick = next((k for k in block if majority is not None and answers[k] == majority), block[0])
+            texts[b // rel.n_best_of].append(decoded[pick])
+        strong += [True] * rel.n_best_of
+    return texts, strong
+
+
+# ---------------------------------------------------------------------- the solver's loss
+
+
+def _solver_loss(cfg: RunConfig, solver, tok, older, questions: list[str], texts: list[list[str]],
+                 scores: torch.Tensor, trained: list[int]) -> tuple[torch.Tensor | None, int, int]:
+    """The solver's loss on the candidates of the `trained` questions: (loss or None, pairs or
+    candidates used, tokens trained). scores: [B, C, P] judge scores."""
+    rel, bf16 = cfg.reliability, cfg.train.bf16
+    mean_score = scores.mean(dim=2)                                                            # [B, C]
+    if rel.solver_loss == "dpo":
+        pairs = [(i, c, r) for i in trained for c, r in preference_pairs(mean_score[i].tolist(), rel.min_gap)]
+        if not pairs:
+            return None, 0, 0
+        qs = [questions[i] for i, _, _ in pairs] * 2
+        both = [texts[i][c] for i, c, _ in pairs] + [texts[i][r] for i, _, r in pairs]
+        logp, n_tok = sequence_logprobs(solver, tok, qs, both, bf16=bf16)
+        with torch.no_grad():
+            ref, _ = sequence_logprobs(older, tok, qs, both, bf16=bf16)
+        n = len(pairs)
+        return dpo_loss(logp[:n], logp[n:], ref[:n], ref[n:], rel.dpo_beta), n, int(n_tok.sum())
+    if not trained:
+        return None, 0, 0
+    qs = [questions[i] for i in trained for _ in texts[i]]
+    flat = [t for i in trained for t in texts[i]]
+    logp, n_tok = sequence_logprobs(solver, tok, qs, flat, bf16=bf16)
+    per_token = (logp / n_tok.clamp(min=1)).view(len(trained), -1)                            # [b, C]
+    target = mean_score[trained].to(per_token.device)                                          # [b, C]
+    if rel.solver_loss == "rank":
+        loss = torch.stack([ranking_loss(per_token[k], target[k]) for k in range(len(trained))]).mean()
+    else:  # policy gradient on the judge's scores, normalised within each question
+        adv = (target - target.mean(dim=1, keepdim=True)) / (target.std(dim=1, unbiased=False, keepdim=True) + 1e-4)
+        loss = -(adv * per_token).mean()
+    return loss, len(flat), int(n_tok.sum())

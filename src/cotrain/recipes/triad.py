@@ -1,0 +1,200 @@
+"""Multi-Agent Evolve (experiment 3.3): a proposer, a solver and a judge improve one another without labels.
+
+No ground truth on the training path: the proposer writes questions, the solver answers, the judge
+scores; seed questions come from the train split through `tasks.base.blind` (answers hidden).
+Ground truth is read only by the metrics under `gt/` and by evaluation (`eval/`).
+
+Roles. One model plays all three roles through their prompts (`selfplay.shared_model`, the default:
+one joint update) or three models do (the judge starts from `verifier.init`, the proposer from
+`selfplay.proposer_init`). The judge is the verifier role (roles/verifier.py): each judging pass is
+one sampled verification, scored 1 (approve), 0 (reject) or 0.5 (unparsable).
+
+Algorithm (Zhang et al. 2025, "Multi-Agent Evolve"; formulas in DESIGN.md), each step:
+  proposer  `selfplay.proposals` questions from one prompt (its group); a question is parsable when
+            it reads as the task's notation and valid when it is also within the size limits
+            (`selfplay.max_ops`, `max_operand`).
+  solver    G answers to each distinct valid proposal and to questions drawn from the buffer (B*G
+            answers in all), reward 0.5 * J + 0.5 * F (J: the judge's mean score over
+            `selfplay.judge_passes` passes, F: a final answer line is present).
+  proposer  reward (Q + (1 - S) + F) / 3, with quality Q = 1 for a valid question (else 0, which
+            drops the difficulty term), S the solver's mean judged score on it, F = 1 when parsable;
+            or the learnability reward 1 - S (0 at S in {0, 1}, -0.5 invalid, -1 malformed,
+            `selfplay.proposer_reward: learnability`). Valid questions enter the buffer (FIFO).
+  judge     reward = the format score of each pass (`selfplay.train_judge`).
+  With `grpo.beta` > 0 the solver's loss also holds the k3 KL to its start checkpoint.
+  update    advantages normalised within each role's batch (the solver's optionally within each
+            question's group, `selfplay.solver_norm: group`), then one optimizer step per model on the
+            sum of its roles' GRPO losses.
+
+Deviations, and why:
+  - The judge scores by the verifier's verdict rather than MAE's 1-10 scale: the tiny world's
+    verifier writes verdicts; averaged over passes the score is still graded.
+  - MAE's judge also rates question quality; here quality is the task's validity check, which the
+    tiny world can compute exactly.
+
+Metrics: `prop/*` (reward, valid, parsable, distinct, n_ops, max_operand: the size of the proposed
+questions), `gen/*` (the solver), `judge/*`, and the ground-truth monitors `gt/solver_acc`,
+`gt/judge_agree`, `gt/proposed_solver_acc`.
+
+Run:  cotrain run configs/triad_smoke.yaml --out runs/triad
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from cotrain.config import RunConfig
+from cotrain.eval.during import eval_during_training
+from cotrain.models.generate import generate
+from cotrain.models.prompts import decode_completions, encode_generator_prompts
+from cotrain.rl.losses import group_advantages
+from cotrain.rl.selfplay import learnability_reward, mae_proposer_reward, mae_solver_reward, role_advantages
+from cotrain.runs.rundir import list_checkpoints
+from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.rollout import rollout_metrics, rollout_tokens
+from cotrain.train.selfplay import (
+    add_optimizers,
+    gt_correct,
+    judge,
+    judge_agreement,
+    mean,
+    propose,
+    proposer_backward,
+    proposer_metrics,
+    proposer_warm_up,
+    seed_questions,
+    selfplay_models,
+    solver_start,
+    step_models,
+    truth_lookup,
+    zero_all,
+)
+from cotrain.train.setup import build_task, derive_seed
+from cotrain.train.update import policy_backward
+
+
+def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
+    sp, g = cfg.selfplay, cfg.grpo
+    G = g.group_size
+    # ------------------------------------------------------------------ build
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
+    seeds, truth = seed_questions(cfg, task)     # truth: for the gt/ metrics alone
+    truth_of = truth_lookup(task, truth)
+    add_optimizers(cfg, m)
+    older = solver_start(cfg, run_dir, resume) if g.beta > 0 else None  # the KL's reference
+    warmed = resume and bool(list_checkpoints(run_dir))
+    session = open_session(cfg, run_dir, resume, m.roles, desc="triad")
+    buffer: list[str] = list(session.state.get("buffer", seeds))
+    compute = Compute(m.n_params(), session.state.get("compute"))
+    n_questions = max(1, cfg.train.batch_size // G)
+    (solver, tok), (proposer, _) = m.solver, m.proposer
+
+    def state() -> dict:
+        return {"compute": compute.tokens, "buffer": buffer[-sp.buffer_size:]}
+
+    # ------------------------------------------------------------------ proposer warm-up (step 0, no answers)
+    if not warmed and sp.proposer_warmup_steps:
+        proposer_warm_up(cfg, session, m, seeds, compute, older, state())
+
+    for step in range(session.start_step + 1, cfg.train.steps + 1):
+        timer = StepTimer()
+        rng = random.Random(derive_seed(cfg.seed, "questions", step))
+        # -------------------------------------------------------------- proposer
+        props = propose(cfg, task, m.proposer, rng.choice(seeds), compute, step, timer)
+        questions = props.fresh + [rng.choice(buffer) for _ in range(max(0, n_questions - len(props.fresh)))]
+
+        # -------------------------------------------------------------- solver: G answers to each question
+        sro = generate(solver, encode_generator_prompts(tok, questions), group_size=G, max_new_tokens=g.max_new_tokens,
+                       eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=g.temperature, top_p=g.top_p,
+                       seed=derive_seed(cfg.seed, "solve", step), bf16=cfg.train.bf16)
+        forward, generated = rollout_tokens(sro)
+        compute.add("gen", forward=forward, generated=generated)
+        answers = decode_completions(tok, sro.completion_ids, sro.completion_mask)
+        timer.lap("gen", generated)
+
+        # -------------------------------------------------------------- judge: every answer, P passes
+        asked = [q for q in questions for _ in range(G)]
+        jro, parsed, scores = judge(cfg, m.judge, asked, answers, compute, step, timer)       # scores [N, P]
+
+        # -------------------------------------------------------------- rewards
+        J = scores.mean(dim=1)                                                                # [N]
+        fmt = [float(task.extract_answer(a) is not None) for a in answers]
+        rewards = torch.tensor([mae_solver_reward(j, f) for j, f in zip(J.tolist(), fmt)])     # [N]
+        judge_rewards = torch.tensor([x.format for x in parsed])                               # [N*P]
+        solver_score = {}                                                                     # S of each question
+        for i, q in enumerate(questions):
+            solver_score.setdefault(q, J[i * G:(i + 1) * G].mean().item())
+        prop_rewards = torch.tensor([
+            learnability_reward(parsable, valid, solver_score.get(q)) if sp.proposer_reward == "learnability"
+            else mae_proposer_reward(float(valid), solver_score.get(q, 1.0), float(parsable), sp.min_quality)
+            for q, (parsable, valid) in zip(props.questions, props.checks)])                   # [P]
+        buffer.extend(props.fresh)  # quality is validity here: every valid question passes the quality filter
+        del buffer[:-sp.buffer_size]
+        timer.lap("reward")
+
+        # -------------------------------------------------------------- one update per model
+        trained_before = sum(t["trained"] for t in compute.tokens.values())
+        zero_all(m)
+        prop_st = proposer_backward(cfg, m.proposer, props, prop_rewards, compute)
+        stats = _solver_and_judge_backward(cfg, m, sro, rewards, jro, judge_rewards, older, compute)
+        grad_norms = step_models(cfg, m)
+        timer.lap("update", sum(t["trained"] for t in compute.tokens.values()) - trained_before)
+
+        # -------------------------------------------------------------- log / eval / checkpoint
+        correct = gt_correct(task, truth_of, asked, answers)  # ground truth: metrics only
+        metrics = {
+            **proposer_metrics(task, props, prop_rewards, prop_st, grad_norms[id(proposer)]),
+            "gen/grad_norm": grad_norms[id(solver)],
+            **{f"{role}/{k}": x for role, st in stats.items() for k, x in st.items() if "tokens" not in k},
+            "gen/reward": rewards.mean().item(), "gen/judge_score": J.mean().item(), "gen/format": mean(fmt),
+            **rollout_metrics("gen", sro),
+            "judge/reward": judge_rewards.mean().item(),
+            "judge/approve_rate": mean([float(x.final is True) for x in parsed]),
+            "judge/score_var": scores.var(dim=1, unbiased=False).mean().item(),
+            "gt/solver_acc": mean([float(c) for c in correct if c is not None]),
+            "gt/judge_agree": judge_agreement(parsed, sp.judge_passes, correct),
+            "gt/proposed_solver_acc": mean([float(c) for c in correct[:G * len(props.fresh)] if c is not None]),
+            "buffer/size": len(buffer),
+            **compute.metrics(),
+        }
+        if cfg.eval.every and step % cfg.eval.every == 0:
+            metrics.update(eval_during_training(cfg, solver, tok, task))
+            solver.train()
+            timer.lap("eval")
+        metrics.update(timer.metrics())
+        if step % cfg.log.every == 0 or step == cfg.train.steps:
+            session.logger.log(step, metrics)
+        session.progress.update(step, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"],
+                                       **{k.split("/", 1)[1]: x for k, x in metrics.items() if k.startswith("eval/")}})
+        maybe_checkpoint(cfg, session, step, m.roles, extra=state())
+
+    others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}
+    return finish(cfg, session, solver, tok, task, cfg.train.steps, other_models=others,
+                  other_results={"compute": compute.summary()})
+
+
+def _solver_and_judge_backward(cfg: RunConfig, m, sro, rewards: torch.Tensor, jro, judge_rewards: torch.Tensor,
+                               older, compute: Compute) -> dict:
+    """Add the solver's GRPO loss (with the KL to `older` when grpo.beta > 0) and, with
+    `selfplay.train_judge`, the judge's to their models' gradients; each role's update statistics."""
+    sp, g = cfg.selfplay, cfg.grpo
+    mask = sro.completion_mask.clone()
+    if g.mask_truncated:
+        mask[sro.truncated] = 0
+    adv = (role_advantages(rewards, ["gen"] * len(rewards)) if sp.solver_norm == "role"
+           else group_advantages(rewards, g.group_size, "group"))
+    st = {"gen": policy_backward(m.solver[0], sro, adv, mask, g, bf16=cfg.train.bf16, ref_model=older,
+                                 micro_batch_size=cfg.train.micro_batch_size)}
+    compute.add("gen", trained=st["gen"]["tokens_trained"] + st["gen"]["prompt_tokens_trained"])
+    if sp.train_judge:
+        gj = g.model_copy(update={"group_size": sp.judge_passes, "max_new_tokens": cfg.verifier.max_new_tokens,
+                                  "temperature": cfg.verifier.temperature, "beta": 0.0})
+        st["judge"] = policy_backward(m.judge[0], jro, role_advantages(judge_rewards, ["judge"] * len(judge_rewards)),
+                                      jro.completion_mask, gj, bf16=cfg.train.bf16,
+                                      micro_batch_size=cfg.train.micro_batch_size)
+        compute.add("judge", trained=st["judge"]["tokens_trained"] + st["judge"]["prompt_tokens_trained"])
+    return st

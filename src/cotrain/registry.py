@@ -1,0 +1,72 @@
+"""The recipes `cotrain run` knows: each name, the file under `cotrain/recipes/` that runs it, and what
+the rest of the tool needs to know of it (the config's checks, `cotrain check`).
+
+Adding a recipe is one file `recipes/<name>.py` with `run(cfg, run_dir, resume)` plus one line in
+`RECIPES`; `cotrain recipes` and `cotrain run --help` list every recipe with the first line of its
+file's docstring (read from the source, so listing imports no recipe). See docs/new_recipe.md.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+RECIPE_DIR = Path(__file__).parent / "recipes"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    module: str                 # recipes/<module>.py runs it
+    roles: tuple[str, ...] = ("generator",)  # the roles it trains (`cotrain check` builds their models)
+    label_free: bool = False    # its training path never sees a ground-truth answer
+    vllm: bool = False          # its generator's rollouts can run on a vLLM engine (rollout.engine: vllm)
+    fsdp: bool = True           # it supports train.fsdp
+    summary: str | None = None  # a variant's own line (else the first line of its file's docstring)
+
+
+CO_TRAINING = ("generator", "verifier")
+SELF_PLAY = ("proposer", "solver", "judge")  # the solver is the generator; one model may play all three
+
+RECIPES: dict[str, Recipe] = {
+    "sft": Recipe("sft"),
+    "grpo": Recipe("grpo", vllm=True),
+    "tango": Recipe("tango", roles=CO_TRAINING, vllm=True),
+    "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(
+        "RL Tango's baseline (experiment 1.2): the verifier warmed up, then frozen; only the generator trains.")),
+    "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True),
+    "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False),
+    "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False),
+}
+
+
+def unknown(name: str) -> str:
+    """The one-line complaint about a recipe name that is not in `RECIPES`."""
+    close = difflib.get_close_matches(name, RECIPES, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"unknown recipe '{name}': one of {', '.join(RECIPES)}{hint}"
+
+
+def load(name: str) -> ModuleType:
+    """The recipe's module (its `run(cfg, run_dir, resume)` trains)."""
+    if name not in RECIPES:
+        raise ValueError(unknown(name))
+    return importlib.import_module(f"cotrain.recipes.{RECIPES[name].module}")
+
+
+@cache
+def summary(name: str) -> str:
+    """The recipe's one-line summary: its own, or the first line of its file's docstring."""
+    recipe = RECIPES[name]
+    if recipe.summary:
+        return recipe.summary
+    doc = ast.get_docstring(ast.parse((RECIPE_DIR / f"{recipe.module}.py").read_text(encoding="utf-8"))) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def listing(width: int = 18) -> str:
+    """Every recipe with its summary, one per line."""
+    return "\n".join(f"  {name:<{width}}{summary(name)}" for name in RECIPES)

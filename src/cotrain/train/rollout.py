@@ -1,0 +1,89 @@
+"""Sampling: the generator's rollouts on the configured engine (`Sampler`) and their token counts.
+(A verifier's verdicts on a batch of samples: `train.verifier.verify_samples`.)"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from cotrain import dist
+from cotrain.config import GrpoConfig, RunConfig
+from cotrain.models.generate import Rollout, generate, split_by_rank
+from cotrain.models.prompts import decode_completions, encode_generator_prompts
+from cotrain.rl.losses import masked_mean
+from cotrain.runs.rundir import resolve_model_dir
+from cotrain.train.setup import derive_seed
+
+
+class Sampler:
+    """The generator's rollouts (`rollout.engine`): transformers' `generate`, or a vLLM engine on the
+    trainer's GPU whose weights follow the trainer's after every update.
+
+    With vLLM the prompts are split by rank as `generate` splits them, and `tis_cap` tells the update
+    to correct for the sampler/trainer mismatch (truncated importance sampling).
+    """
+
+    def __init__(self, cfg: RunConfig, model, tokenizer, run_dir: Path):
+        self.engine, self.tis_cap, self.pad_id = None, None, tokenizer.pad_token_id
+        r = cfg.rollout
+        if r.engine != "vllm":
+            return
+        from cotrain.models.build import save_model
+        from cotrain.models.vllm_engine import VllmEngine
+
+        path = cfg.model.path or (str(resolve_model_dir(cfg.init)) if cfg.init else None)
+        if path is None:  # a preset built in this run: vLLM reads the architecture from a directory
+            path = run_dir / "rollout_model"
+            dist.on_main(save_model, model, tokenizer, path)
+        self.engine = VllmEngine(str(path), gpu_memory_utilization=r.gpu_memory_utilization,
+                                 max_model_len=r.max_model_len, seed=cfg.seed, enable_sleep_mode=r.sleep,
+                                 dtype="auto" if cfg.model.dtype == "float32" else cfg.model.dtype)
+        self.engine.sync_weights(model)  # a resumed or warmed-up start differs from the directory
+        self.tis_cap = r.tis_cap
+
+    def __call__(self, model, prompts: list[list[int]], *, seed: int, bf16: bool = False, **kwargs):
+        """`generate(model, prompts, seed=seed, bf16=bf16, **kwargs)`, on the configured engine."""
+        if self.engine is None:
+            return generate(model, prompts, seed=seed, bf16=bf16, **kwargs)
+        return split_by_rank(prompts, self.pad_id, lambda mine, first: self.engine.generate(
+            mine, seed=derive_seed(seed, first), **kwargs))
+
+    def groups(self, model, tokenizer, questions: list[str], g: GrpoConfig, *, seed: int,
+               bf16: bool = False) -> tuple[Rollout, list[str]]:
+        """`g.group_size` samples of each question at the generator's settings (groups contiguous), and
+        their decoded texts."""
+        ro = self(model, encode_generator_prompts(tokenizer, questions), group_size=g.group_size,
+                  max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                  temperature=g.temperature, top_p=g.top_p, seed=seed, bf16=bf16)
+        return ro, decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
+
+    def before_update(self) -> None:
+        if self.engine is not None:
+            self.engine.sleep()
+
+    def after_update(self, model) -> None:
+        """Wake the engine and push the trainer's new weights into it."""
+        if self.engine is not None:
+            self.engine.wake_up()
+            self.engine.sync_weights(model)
+
+
+def rollout_tokens(ro) -> tuple[int, int]:
+    """(tokens run forward, tokens generated) of a rollout: each prompt's prefill once per group, plus samples."""
+    generated = int(ro.completion_mask.sum())
+    return int(ro.prompt_mask.sum()) + generated, generated
+
+
+def rollout_metrics(role: str, ro) -> dict[str, float]:
+    """<role>/len_mean, len_clipped_ratio (cut at the length limit) and entropy (of the sampler, all rows)."""
+    return {f"{role}/len_mean": ro.lengths.float().mean().item(),
+            f"{role}/len_clipped_ratio": ro.truncated.float().mean().item(),
+            f"{role}/entropy": masked_mean(ro.entropy, ro.completion_mask).item()}
+
+
+def reward_metrics(role: str, rewards: torch.Tensor, group_size: int) -> dict[str, float]:
+    """<role>/reward (mean), reward_std (mean within a group) and frac_reward_zero_std (groups whose
+    rewards are all equal: no gradient from their outcome advantages)."""
+    grouped = rewards.view(-1, group_size)
+    return {f"{role}/reward": rewards.mean().item(), f"{role}/reward_std": grouped.std(dim=1).mean().item(),
+            f"{role}/frac_reward_zero_std": (grouped.std(dim=1) == 0).float().mean().item()}

@@ -1,0 +1,282 @@
+"""The proposer-solver-judge loop's shared pieces, used by triad and reliability: the three roles'
+models (one shared model or three) and their optimizers, the seed questions, the proposer's step and
+warm-up, judging, one optimizer step per model, and the ground-truth monitors (formulas in DESIGN.md).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from cotrain import dist
+from cotrain.config import RunConfig
+from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
+from cotrain.models.generate import Rollout, generate
+from cotrain.models.prompts import decode_completions, encode_completion, encode_proposer_prompts, uses_chat
+from cotrain.models.verify import verify
+from cotrain.rl.selfplay import judge_score, role_advantages
+from cotrain.roles import proposer as proposer_role
+from cotrain.roles.verifier import Verification
+from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
+from cotrain.runs.session import Session, maybe_checkpoint
+from cotrain.tasks.base import blind
+from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.rollout import rollout_metrics, rollout_tokens
+from cotrain.train.setup import derive_seed, initial_model, initial_verifier, make_optimizer, training_pool
+from cotrain.train.update import optimizer_step, policy_backward, supervised_step, zero_grads
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+# ---------------------------------------------------------------------- the three roles' models
+
+
+@dataclass
+class SelfPlayModels:
+    """The solver (the generator), proposer and judge: one model in all three roles
+    (`selfplay.shared_model`) or three; `roles` as checkpoints save them, one optimizer per model."""
+
+    solver: tuple       # (model, tokenizer)
+    proposer: tuple
+    judge: tuple
+    roles: dict = field(default_factory=dict)
+    optimizers: dict = field(default_factory=dict)  # id(model): (optimizer, scheduler)
+
+    @property
+    def models(self) -> list:
+        """Each distinct model once."""
+        return list({id(m): m for m, _ in (self.solver, self.proposer, self.judge)}.values())
+
+    def n_params(self) -> dict[str, int]:
+        return {"prop": self.proposer[0].num_parameters(), "gen": self.solver[0].num_parameters(),
+                "judge": self.judge[0].num_parameters()}
+
+
+def selfplay_models(cfg: RunConfig) -> SelfPlayModels:
+    """The three roles' models in train mode, with their optimizers: the judge starts from
+    `verifier.init` (the verifier's rule), the proposer from `selfplay.proposer_init` or as the solver."""
+    sp = cfg.selfplay
+    solver, tok = initial_model(cfg)
+    if sp.shared_model:
+        proposer, ptok, judge, jtok = solver, tok, solver, tok
+    else:
+        if sp.proposer_init:
+            proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=cfg.model.dtype)
+            proposer = prepare_for_training(proposer, cfg.model, dist.device())
+        else:
+            proposer, ptok = initial_model(cfg)
+        judge, jtok = initial_verifier(cfg)
+    m = SelfPlayModels((solver, tok), (proposer, ptok), (judge, jtok))
+    for model in m.models:
+        model.train()  # each on its model config's device: placed when built
+    return m
+
+
+def add_optimizers(cfg: RunConfig, m: SelfPlayModels) -> None:
+    """One AdamW per model (the proposer at `selfplay.proposer_lr`, the judge at `verifier.lr`)."""
+    sp = cfg.selfplay
+    (solver, tok), (proposer, ptok), (judge, jtok) = m.solver, m.proposer, m.judge
+    opt, sched = make_optimizer(solver, cfg.train, cfg.train.steps)
+    m.roles = {"generator": (solver, tok, opt, sched)}
+    m.optimizers = {id(solver): (opt, sched)}
+    if not sp.shared_model:
+        popt, psched = make_optimizer(proposer, cfg.train.model_copy(update={"lr": sp.proposer_lr or cfg.train.lr}),
+                                      cfg.train.steps)
+        jopt, jsched = make_optimizer(judge, cfg.train.model_copy(update={"lr": cfg.verifier.lr, "warmup_steps": 0}),
+                                      cfg.train.steps)
+        m.roles.update({"proposer": (proposer, ptok, popt, psched), "judge": (judge, jtok, jopt, jsched)})
+        m.optimizers.update({id(proposer): (popt, psched), id(judge): (jopt, jsched)})
+
+
+def solver_start(cfg: RunConfig, run_dir, resume: bool):
+    """A frozen copy of the solver's start (the reference of a KL or DPO term, the weak regime's older
+    checkpoint). With one shared model the proposer's warm-up changes the solver too, so a resumed run
+    reloads the copy saved after that warm-up (`start_path`)."""
+    older, _ = initial_model(cfg)
+    if resume and bool(list_checkpoints(run_dir)) and start_path(run_dir).is_dir():
+        load_weights(older, start_path(run_dir))
+    return older.eval().requires_grad_(False)
+
+
+def start_path(run_dir) -> Path:
+    return Path(run_dir) / "warmup" / "start"
+
+
+def seed_questions(cfg: RunConfig, task) -> tuple[list[str], dict]:
+    """The train split's questions with their answers hidden (`blind`), and {question: problem} of
+    their ground truth, which only the gt/ metrics read."""
+    labelled, _ = training_pool(task, cfg, cfg.selfplay.seed_questions)
+    return [p.question for p in blind(labelled)], {p.question: p for p in labelled}
+
+
+# ---------------------------------------------------------------------- the proposer
+
+
+@dataclass
+class Proposals:
+    rollout: Rollout
+    questions: list[str | None]        # parsed, None when unparsable
+    checks: list[tuple[bool, bool]]    # (parsable, valid) of each
+    fresh: list[str]                   # the distinct valid questions, in order
+
+
+def check_question(task, question: str | None, max_ops: int | None, max_operand: int | None) -> tuple[bool, bool]:
+    """(parsable, valid) of a proposed question: the task's own check where it has one, else any
+    non-empty question is both."""
+    if question is None:
+        return False, False
+    if hasattr(task, "check_question"):
+        return task.check_question(question, max_ops=max_ops, max_operand=max_operand)
+    return True, True
+
+
+def propose(cfg: RunConfig, task, proposer: tuple, example: str, compute: Compute, step: int,
+            timer: StepTimer) -> Proposals:
+    """`selfplay.proposals` questions from one prompt (showing `example`, a seed question): its group."""
+    sp = cfg.selfplay
+    model, ptok = proposer
+    pro = generate(model, encode_proposer_prompts(ptok, [example]), group_size=sp.proposals,
+                   max_new_tokens=sp.question_max_new_tokens, eos_id=ptok.eos_token_id, pad_id=ptok.pad_token_id,
+                   temperature=sp.proposer_temperature, seed=derive_seed(cfg.seed, "propose", step), bf16=cfg.train.bf16)
+    compute.add("prop", forward=rollout_tokens(pro)[0], generated=rollout_tokens(pro)[1])
+    timer.lap("propose", rollout_tokens(pro)[1])
+    chat = uses_chat(ptok)
+    proposed = [proposer_role.parse(t, chat=chat) for t in decode_completions(ptok, pro.completion_ids,
+                                                                               pro.completion_mask)]
+    checks = [check_question(task, q, sp.max_ops, sp.max_operand) for q in proposed]
+    fresh = list(dict.fromkeys(q for q, (_, valid) in zip(proposed, checks) if valid))
+    return Proposals(pro, proposed, checks, fresh)
+
+
+def proposer_backward(cfg: RunConfig, proposer: tuple, props: Proposals, rewards: torch.Tensor,
+                      compute: Compute) -> dict:
+    """Add the proposer's GRPO loss (advantages normalised over its batch) to its model's gradients."""
+    sp, g = cfg.selfplay, cfg.grpo
+    gp = g.model_copy(update={"group_size": sp.proposals, "max_new_tokens": sp.question_max_new_tokens,
+                              "temperature": sp.proposer_temperature, "beta": 0.0})
+    st = policy_backward(proposer[0], props.rollout, role_advantages(rewards, ["prop"] * len(rewards)),
+                         props.rollout.completion_mask, gp, bf16=cfg.train.bf16,
+                         micro_batch_size=cfg.train.micro_batch_size)
+    compute.add("prop", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
+    return st
+
+
+def proposer_metrics(task, props: Proposals, rewards: torch.Tensor, stats: dict, grad_norm: float) -> dict:
+    """prop/*: reward, parsable, valid, distinct, the size of the proposed questions (n_ops,
+    max_operand), length, entropy, and the update's statistics."""
+    sizes = [task.size(q) for q in props.questions if q is not None] if hasattr(task, "size") else []
+    sizes = [s for s in sizes if s]
+    return {"prop/reward": rewards.mean().item(), "prop/reward_std": rewards.std().item(),
+            "prop/parsable": mean([float(p) for p, _ in props.checks]),
+            "prop/valid": mean([float(ok) for _, ok in props.checks]),
+            "prop/distinct": len(props.fresh) / len(props.questions),
+            **{k: x for k, x in rollout_metrics("prop", props.rollout).items() if k != "prop/len_clipped_ratio"},
+            "prop/grad_norm": grad_norm,
+            **{f"prop/{k}": mean([s[k] for s in sizes]) for k in ("n_ops", "max_operand") if sizes},
+            **{f"prop/{k}": x for k, x in stats.items() if "tokens" not in k}}
+
+
+def proposer_warm_up(cfg: RunConfig, session: Session, m: SelfPlayModels, seeds: list[str], compute: Compute,
+                     older, extra: dict) -> None:
+    """Step 0: the proposer's SFT warm-up; with one shared model the solver's start copy follows it
+    (and is saved for resume). Checkpointed before its row is logged."""
+    metrics = warmup_proposer(cfg, *m.proposer, seeds, compute)
+    if cfg.selfplay.shared_model and older is not None:
+        older.load_state_dict(m.solver[0].state_dict())
+        dist.on_main(save_model, *m.solver, start_path(session.run_dir))
+    metrics.update(compute.metrics())
+    maybe_checkpoint(cfg, session, 0, m.roles, force=True, extra=extra)
+    session.logger.log(0, metrics)
+
+
+def warmup_proposer(cfg: RunConfig, proposer, ptok, seeds: list[str], compute: Compute) -> dict[str, float]:
+    """SFT of the proposer on the task's own questions (answers never seen): it learns the notation."""
+    sp = cfg.selfplay
+    opt, sched = make_optimizer(proposer, cfg.train.model_copy(update={"lr": cfg.verifier.warmup_sft_lr,
+                                                                        "warmup_steps": 10, "schedule": "constant"}),
+                                sp.proposer_warmup_steps)
+    rng = random.Random(derive_seed(cfg.seed, "proposer-warmup"))
+    progress = Progress(sp.proposer_warmup_steps, enabled=cfg.log.progress and dist.is_main(),
+                        desc="proposer warm-up (sft)")
+    losses = []
+    for step in range(1, sp.proposer_warmup_steps + 1):
+        batch = [rng.choice(seeds) for _ in range(cfg.verifier.warmup_batch_size)]
+        examples = [rng.choice(seeds) for _ in batch]
+        st = supervised_step(proposer, opt, encode_proposer_prompts(ptok, examples),
+                             [encode_completion(ptok, q) for q in batch], ptok.pad_token_id,
+                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
+                             micro_batch_size=cfg.train.micro_batch_size)
+        sched.step()
+        compute.add("prop", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
+        losses.append(st["loss"])
+        progress.update(step, {"loss": st["loss"]})
+    progress.close()
+    tail = losses[-max(1, len(losses) // 10):]
+    return {"prop/warmup_loss": sum(tail) / len(tail)}
+
+
+# ---------------------------------------------------------------------- the judge
+
+
+def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str], compute: Compute, step: int,
+          timer: StepTimer) -> tuple[Rollout, list[Verification], torch.Tensor]:
+    """`selfplay.judge_passes` sampled verifications of each answer, each scored 1 (approve), 0 (reject)
+    or 0.5 (unparsable): (rollout, parsed verifications, scores [N, P])."""
+    passes = cfg.selfplay.judge_passes
+    model, jtok = judge
+    jro, _, parsed = verify(model, jtok, questions, answers, group_size=passes, temperature=cfg.verifier.temperature,
+                            max_new_tokens=cfg.verifier.max_new_tokens, seed=derive_seed(cfg.seed, "judge", step),
+                            bf16=cfg.train.bf16)
+    forward, generated = rollout_tokens(jro)
+    compute.add("judge", forward=forward, generated=generated)
+    timer.lap("verify", generated)
+    scores = torch.tensor([[judge_score([x.final]) for x in parsed[i * passes:(i + 1) * passes]]
+                           for i in range(len(answers))])                                # [N, P]
+    return jro, parsed, scores
+
+
+# ---------------------------------------------------------------------- update and monitors
+
+
+def step_models(cfg: RunConfig, m: SelfPlayModels) -> dict[int, float]:
+    """One optimizer step per model on the gradients its roles accumulated; {id(model): grad norm}."""
+    grad_norms = {}
+    for model in m.models:
+        opt, sched = m.optimizers[id(model)]
+        grad_norms[id(model)] = optimizer_step(model, opt, cfg.train.max_grad_norm)
+        sched.step()
+    return grad_norms
+
+
+def zero_all(m: SelfPlayModels) -> None:
+    for model in m.models:
+        zero_grads(model)
+
+
+def gt_correct(task, truth_of, questions: list[str], answers: list[str]) -> list[bool | None]:
+    """Ground-truth correctness of each answer (None: the question's truth is unknown); metrics only."""
+    out = []
+    for q, a in zip(questions, answers):
+        problem = truth_of(q)
+        out.append(None if problem is None else task.grade(a, problem) >= 1)
+    return out
+
+
+def judge_agreement(parsed, passes: int, correct: list[bool | None]) -> float:
+    """The share of judging passes whose verdict equals the ground truth (answers of known truth only)."""
+    pairs = [(x.final, c) for i, c in enumerate(correct) if c is not None for x in parsed[i * passes:(i + 1) * passes]]
+    return mean([float(f is c) for f, c in pairs])
+
+
+def truth_lookup(task, truth: dict):
+    """question -> its ground-truth problem (a seed question's, or the task's own reading of a proposed
+    one; None when unknown), for the metrics alone."""
+    def truth_of(question: str):
+        if question in truth:
+            return truth[question]
+        return task.problem_of(question) if hasattr(task, "problem_of") else None
+    return truth_of

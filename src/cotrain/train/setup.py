@@ -1,0 +1,93 @@
+"""What a recipe builds before its loop: the task and its training problems, each step's batch, the
+starting models (with their memory options, sharded when asked), the optimizer and its schedule, and
+the seeds every random choice derives from."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from cotrain import dist
+from cotrain.config import RunConfig, TrainConfig
+from cotrain.errors import UserError
+from cotrain.models.build import build_model, load_model, prepare_for_training
+from cotrain.runs.rundir import resolve_model_dir
+from cotrain.tasks import make_task
+from cotrain.tasks.base import Problem, Task
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from the run seed and any labels (step, role, ...): stable across processes."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def build_task(cfg: RunConfig) -> Task:
+    return make_task(cfg.task.name, **cfg.task.options())
+
+
+def training_pool(task: Task, cfg: RunConfig, n: int | None, n_val: int = 0) -> tuple[list[Problem], list[Problem]]:
+    """Training problems and `n_val` held-out problems of the train split (disjoint from the pool)."""
+    problems = task.problems("train", None if n is None else n + n_val, seed=cfg.seed)
+    pool, val = (problems[:-n_val], problems[-n_val:]) if n_val else (problems, [])
+    if not pool:
+        raise UserError(f"task {cfg.task.name} has no training problems")
+    return pool, val
+
+
+def sample_batch(pool: list, size: int, seed: int, step: int) -> list:
+    """The step's problems: a deterministic function of (seed, step), so resume redraws the same."""
+    rng = np.random.default_rng(derive_seed(seed, "batch", step))
+    idx = rng.choice(len(pool), size=size, replace=len(pool) < size)
+    return [pool[i] for i in idx]
+
+
+def initial_model(cfg: RunConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model a run starts from: `init` (a run, checkpoint or model dir) or the model config, with
+    the memory options of `model` applied (dtype, device, gradient checkpointing, LoRA)."""
+    if cfg.init:
+        model, tokenizer = load_model(resolve_model_dir(cfg.init), dtype=cfg.model.dtype)
+    else:
+        model, tokenizer = build_model(cfg.model, seed=cfg.seed)
+    return shard_if_asked(prepare_for_training(model, cfg.model, dist.device()), cfg), tokenizer
+
+
+def initial_verifier(cfg: RunConfig):
+    """The verifier a run starts from: `verifier.model` (from scratch), `verifier.init`, or the run's start;
+    with the memory options of `verifier.model` (else of `model`), on `verifier.device` when set."""
+    v = cfg.verifier
+    mcfg = v.model or cfg.model
+    if v.model is not None:
+        verifier, vtok = build_model(v.model, seed=derive_seed(cfg.seed, "verifier"))
+    elif v.init or cfg.init:
+        verifier, vtok = load_model(resolve_model_dir(v.init or cfg.init), dtype=mcfg.dtype)
+    else:
+        verifier, vtok = build_model(cfg.model, seed=derive_seed(cfg.seed, "verifier"))
+    mcfg = mcfg.model_copy(update={"device": v.device}) if v.device else mcfg
+    return shard_if_asked(prepare_for_training(verifier, mcfg, dist.device()), cfg), vtok
+
+
+def shard_if_asked(model, cfg: RunConfig):
+    """`model` sharded with FSDP2 when `train.fsdp` is set and the run has several processes."""
+    return dist.shard_model(model) if cfg.train.fsdp and dist.world() > 1 else model
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, total_steps: int):
+    """AdamW with linear warm-up, then constant, cosine or linear decay (stepped once per step)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]  # with LoRA: the adapters alone
+    opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        frac = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+        if cfg.schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        return max(0.0, 1 - frac)
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)

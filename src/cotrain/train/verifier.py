@@ -1,0 +1,293 @@
+"""The verifier's side of generator-verifier co-training, shared by tango, frozen_verifier and
+consistency: its warm-up (SFT on automatically labelled verifications, then optional RL steps), its RL
+step, the verification of the generator's samples and the process advantages read from it, the
+co-training monitors, and the final comparison with the warmed-up verifier (formulas in DESIGN.md).
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from cotrain import dist
+from cotrain.config import RunConfig, VerifierConfig
+from cotrain.eval.during import eval_kwargs
+from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers
+from cotrain.eval.verifier_metrics import verdict_metrics
+from cotrain.models.build import load_model, save_model
+from cotrain.models.generate import Rollout, generate
+from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
+from cotrain.models.verify import encode_verifier_prompts, step_ends, verify
+from cotrain.rl.losses import group_advantages
+from cotrain.rl.tango import class_weights, process_advantages, step_rewards, verifier_rewards
+from cotrain.roles.verifier import Verification, reference_verification, split_steps
+from cotrain.runs.rundir import Progress
+from cotrain.runs.session import Session, maybe_checkpoint
+from cotrain.train.compute import Compute
+from cotrain.train.rollout import reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.setup import derive_seed, make_optimizer, sample_batch
+from cotrain.train.update import policy_update, supervised_step
+
+Labeller = Callable[[list[str], list, int], list]
+"""(solutions, their problems, solutions per prompt) -> each solution's label: True (correct), False, or
+None (unlabelled): ground truth, or a label-free recipe's pseudo-label."""
+
+
+# ---------------------------------------------------------------------- verification of the generator's samples
+
+
+def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: VerifierConfig, *, seed: int,
+                   bf16: bool) -> tuple[Rollout, list[Verification], float]:
+    """The verifier's verdicts on each sample: (its rollout, the parsed verification of each sample, the
+    share of distinct (question, sample) pairs). Greedy verification of a repeated pair gives the same
+    verdicts, so each distinct pair is verified once (a group often repeats its correct solutions)."""
+    pairs = list(zip(questions, texts))
+    distinct = list(dict.fromkeys(pairs)) if v.greedy_verdicts else pairs
+    vro, _, parsed_distinct = verify(verifier, vtok, [q for q, _ in distinct], [t for _, t in distinct],
+                                     greedy=v.greedy_verdicts, temperature=v.temperature,
+                                     max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16)
+    index = {pair: i for i, pair in enumerate(distinct)}
+    parsed = [parsed_distinct[index[pair]] for pair in pairs] if v.greedy_verdicts else parsed_distinct
+    return vro, parsed, len(distinct) / len(pairs)
+
+
+def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
+                               group_size: int) -> tuple[list[list[float] | None], torch.Tensor]:
+    """Each sample's step rewards +-1/K from its per-step verdicts (None unless exactly K were parsed)
+    and the process advantages [N, T] they give (z-normalised over the group, summed to the end)."""
+    n_steps = [len(split_steps(t)) for t in texts]
+    s_rewards = [step_rewards(x.steps, k) for x, k in zip(parsed, n_steps)]
+    ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts)
+    return s_rewards, process_advantages(s_rewards, ends, group_size, ro.completion_ids.shape[1])
+
+
+def cotrain_monitors(approved: list[bool | None], correct: list[bool]) -> dict[str, float]:
+    """How the verifier's verdicts on the generator's samples match their ground truth: gen/acc,
+    cotrain/agree (accuracy), agree_balanced, hack_gap (approval rate minus accuracy), approve_rate."""
+    health = verdict_metrics(approved, correct)
+    return {"gen/acc": sum(correct) / len(correct), "cotrain/agree": health["accuracy"],
+            "cotrain/agree_balanced": health["balanced_accuracy"],
+            "cotrain/hack_gap": health["approve_rate"] - health["base_rate"],
+            "cotrain/approve_rate": health["approve_rate"]}
+
+
+def mean_metrics(rows: list[dict]) -> dict[str, float]:
+    """Each key's mean over the rows that hold it (several verifier steps logged as one row)."""
+    out = {}
+    for key in dict.fromkeys(k for m in rows for k in m):
+        values = [m[key] for m in rows if key in m]
+        out[key] = sum(values) / len(values)
+    return out
+
+
+# ---------------------------------------------------------------------- the verifier's RL step
+
+
+@dataclass
+class VerifierRL:
+    """The verifier's RL step: fresh solutions of `verifier.solutions / per_prompt` training prompts from
+    the current generator, `verifier.group_size` sampled verifications of each (its GRPO group), reward
+    1[final verdict == label] + w_format * format (+ w_catch for a caught error with
+    `tango.adversarial`), advantages reweighted by class (1/sqrt of the EMA count of each label, mean 1).
+
+    `labels` gives the labels; with `truth` (a label-free run) the ground truth is read for the `gt/`
+    metrics alone. `state()` is what a checkpoint keeps for resume.
+    """
+
+    cfg: RunConfig
+    pool: list
+    generator: tuple        # (model, tokenizer): writes the solutions
+    verifier: tuple         # (model, tokenizer, optimizer, scheduler)
+    compute: Compute
+    labels: Labeller
+    truth: Callable | None = None
+    per_prompt: int = 1     # solutions per prompt
+    ema: tuple | None = None
+    step_count: int = 0
+    vg: object = field(init=False)
+
+    def __post_init__(self):
+        g, v = self.cfg.grpo, self.cfg.verifier
+        # its own group size, length and temperature; the generator's clip and loss type
+        self.vg = g.model_copy(update={"group_size": v.group_size, "max_new_tokens": v.max_new_tokens,
+                                       "temperature": v.temperature, "beta": 0.0, "num_iterations": 1,
+                                       "num_minibatches": 1})
+
+    def state(self) -> dict:
+        return {"class_ema": self.ema, "ver_step": self.step_count}
+
+    def step(self) -> dict[str, float]:
+        cfg, g, v, tg = self.cfg, self.cfg.grpo, self.cfg.verifier, self.cfg.tango
+        (model, tokenizer), (verifier, vtok, vopt, vsched) = self.generator, self.verifier
+        self.step_count += 1
+        # -------------------------------------------------------------- solutions from the current generator
+        prompt_problems = sample_batch(self.pool, max(1, v.solutions // self.per_prompt),
+                                       derive_seed(cfg.seed, "verifier"), self.step_count)
+        sro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in prompt_problems]),
+                       group_size=self.per_prompt, max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id,
+                       pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p,
+                       seed=derive_seed(cfg.seed, "verifier-rollout", self.step_count), bf16=cfg.train.bf16)
+        self.compute.add("gen", forward=rollout_tokens(sro)[0])  # these samples train no one: not "generated"
+        solutions = decode_completions(tokenizer, sro.completion_ids, sro.completion_mask)
+        problems = [p for p in prompt_problems for _ in range(self.per_prompt)]
+        labels = self.labels(solutions, problems, self.per_prompt)
+        keep = [i for i, lab in enumerate(labels) if lab is not None]
+        labelled = len(keep) / len(labels)
+        if not keep:
+            return {"ver/labelled": 0.0}
+        solutions, problems = [solutions[i] for i in keep], [problems[i] for i in keep]
+        truth = self.truth(solutions, problems) if self.truth else []  # ground truth: metrics only
+        correct = [labels[i] for i in keep]
+
+        # -------------------------------------------------------------- verifications, reward, advantage
+        vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], solutions, group_size=v.group_size,
+                                temperature=v.temperature, max_new_tokens=v.max_new_tokens,
+                                seed=derive_seed(cfg.seed, "verifier-verify", self.step_count), bf16=cfg.train.bf16)
+        forward, generated = rollout_tokens(vro)
+        labels = [c for c in correct for _ in range(v.group_size)]                       # [S*Gv]
+        rewards = verifier_rewards([x.final for x in parsed], labels, [x.format for x in parsed], v.w_format,
+                                   tg.adversarial, tg.w_catch)                            # [S*Gv]
+        advantages = group_advantages(rewards, v.group_size, self.vg.scale_rewards)        # [S*Gv]
+        if v.reweight:
+            weights, self.ema = class_weights(correct, self.ema, v.class_decay)           # [S]
+            advantages = advantages * weights.repeat_interleave(v.group_size)
+
+        # -------------------------------------------------------------- update
+        st = policy_update(verifier, vopt, vro, advantages, vro.completion_mask, self.vg,
+                           max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
+                           micro_batch_size=cfg.train.micro_batch_size)
+        vsched.step()
+        self.compute.add("ver", forward=forward, generated=generated,
+                         trained=st["tokens_trained"] + st["prompt_tokens_trained"])
+
+        # -------------------------------------------------------------- metrics
+        m = verdict_metrics([x.final for x in parsed], labels)
+        monitors = {}
+        if self.truth:  # ground truth: metrics only
+            gt = verdict_metrics([x.final for x in parsed], [c for c in truth for _ in range(v.group_size)])
+            monitors = {"ver/labelled": labelled, "gt/ver_acc": gt["accuracy"],
+                        "gt/ver_balanced_acc": gt["balanced_accuracy"],
+                        "gt/ver_pseudo_label_acc": sum(a == b for a, b in zip(correct, truth)) / len(keep)}
+        return {**monitors, **reward_metrics("ver", rewards, v.group_size), "ver/acc": m["accuracy"],
+                "ver/balanced_acc": m["balanced_accuracy"], "ver/format": sum(x.format for x in parsed) / len(parsed),
+                "ver/approve_rate": m["approve_rate"], "ver/base_rate": m["base_rate"], **rollout_metrics("ver", vro),
+                "ver/lr": vsched.get_last_lr()[0], **{f"ver/{k}": x for k, x in st.items() if "tokens" not in k}}
+
+
+# ---------------------------------------------------------------------- warm-up (step 0)
+
+
+def warm_up(cfg: RunConfig, session: Session, roles: dict, task, pool: list, ver_rl: VerifierRL,
+            eval_verifier: Callable[[], dict]) -> None:
+    """Step 0: the verifier's SFT warm-up (`warmup_verifier`), then `verifier.warmup_rl_steps` RL steps,
+    each followed by the held-out evaluation; the warmed-up verifier is kept in `warmup/verifier` for
+    the final comparison, and the run is checkpointed before the row is logged (a run killed in
+    between resumes after the warm-up without its row, never with the row twice)."""
+    t0 = time.time()
+    (model, tokenizer), (verifier, vtok, _, _) = ver_rl.generator, ver_rl.verifier
+    metrics = warmup_verifier(cfg, task, pool, model, tokenizer, verifier, vtok, ver_rl.compute)
+    metrics.update(eval_verifier())
+    rl = [ver_rl.step() for _ in range(cfg.verifier.warmup_rl_steps)]
+    metrics.update(mean_metrics(rl))
+    if rl:
+        metrics.update({f"{k}_after_rl": x for k, x in eval_verifier().items()})
+    dist.on_main(save_model, dist.plain_copy(verifier), vtok, session.run_dir / "warmup" / "verifier")
+    metrics.update(ver_rl.compute.metrics())
+    metrics["time/warmup"] = time.time() - t0
+    maybe_checkpoint(cfg, session, 0, roles, force=True, extra={"compute": ver_rl.compute.tokens, **ver_rl.state()})
+    session.logger.log(0, metrics)
+
+
+def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compute) -> list[tuple]:
+    """(problem, solution) pairs for the verifier's SFT warm-up.
+
+    `verifier.warmup_samples` in all: a `warmup_corrupt_frac` share of reference solutions with a wrong
+    result injected at a uniformly drawn step (tasks with `corrupt`), and the rest the generator's own
+    samples (temperature 1) of training problems.
+    """
+    v = cfg.verifier
+    rng = random.Random(derive_seed(cfg.seed, "warmup"))
+    n_corrupt = int(v.warmup_samples * v.warmup_corrupt_frac) if hasattr(task, "corrupt") else 0
+    problems = [pool[i] for i in (rng.randrange(len(pool)) for _ in range(v.warmup_samples))]
+    pairs = []
+    for p in problems[:n_corrupt]:
+        if p.steps:
+            first = rng.randrange(len(p.steps))
+            wrong = [first] + [i for i in range(len(p.steps)) if i != first and rng.random() < v.warmup_error_rate]
+            pairs.append((p, task.corrupt(p, wrong, rng)[1]))
+    sampled = problems[n_corrupt:]
+    model.eval()
+    for i in range(0, len(sampled), cfg.eval.batch_size):
+        chunk = sampled[i:i + cfg.eval.batch_size]
+        ro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in chunk]),
+                      max_new_tokens=cfg.grpo.max_new_tokens, eos_id=tokenizer.eos_token_id,
+                      pad_id=tokenizer.pad_token_id, temperature=1.0, seed=derive_seed(cfg.seed, "warmup-samples", i),
+                      bf16=cfg.train.bf16)
+        compute.add("gen", forward=rollout_tokens(ro)[0])
+        pairs += zip(chunk, decode_completions(tokenizer, ro.completion_ids, ro.completion_mask))
+    model.train()
+    return pairs
+
+
+def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok, compute: Compute) -> dict[str, float]:
+    """SFT of the verifier on `warmup_examples`, each labelled by `reference_verification`."""
+    v = cfg.verifier
+    if v.warmup_sft_steps == 0:
+        return {}
+    pairs = warmup_examples(cfg, task, pool, model, tokenizer, compute)
+    chat = uses_chat(vtok)
+    targets = [reference_verification(task, p, s, chat=chat) for p, s in pairs]
+    opt, sched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.warmup_sft_lr, "warmup_steps": 20,
+                                                                        "schedule": "constant"}), v.warmup_sft_steps)
+    losses = []
+    rng = random.Random(derive_seed(cfg.seed, "warmup-order"))
+    progress = Progress(v.warmup_sft_steps, enabled=cfg.log.progress and dist.is_main(), desc="verifier warm-up (sft)")
+    for step in range(1, v.warmup_sft_steps + 1):
+        idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size)]
+        prompts = encode_verifier_prompts(vtok, [pairs[i][0].question for i in idx], [pairs[i][1] for i in idx])
+        st = supervised_step(verifier, opt, prompts, [encode_completion(vtok, targets[i]) for i in idx],
+                             vtok.pad_token_id, max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
+                             micro_batch_size=cfg.train.micro_batch_size)
+        sched.step()
+        compute.add("ver", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
+        losses.append(st["loss"])
+        progress.update(step, {"loss": st["loss"]})
+    progress.close()
+    tail = losses[-max(1, len(losses) // 10):]
+    correct = sum(task.grade(s, p) >= 1 for p, s in pairs) / len(pairs)
+    return {"ver/warmup_loss": sum(tail) / len(tail), "ver/warmup_examples": len(pairs),
+            "ver/warmup_base_rate": correct}
+
+
+# ---------------------------------------------------------------------- final evaluation
+
+
+def final_verifier_results(cfg: RunConfig, session: Session, task, generator: tuple, verifier: tuple,
+                           heldout: list) -> dict:
+    """The trained and the warmed-up verifier side by side (eval.json entries `verifier` and
+    `verifier_warmup`): on the final generator's samples of the first eval split, and on its held-out
+    injected errors."""
+    (model, tokenizer), (ver, vtok) = generator, verifier
+    v, ekw = cfg.verifier, eval_kwargs(cfg)
+    warm, wtok = load_model(session.run_dir / "warmup" / "verifier")
+    warm.to(next(ver.parameters()).device).eval()
+    ver.eval()
+    results = {}
+    split = cfg.eval.splits[0]
+    if split not in task.splits:
+        return results
+    both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)}
+    scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.tango.eval_n,
+                                k=cfg.eval.k, temperature=cfg.eval.temperature, gen_max_new_tokens=ekw["max_new_tokens"],
+                                ver_max_new_tokens=v.max_new_tokens, batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
+    for name, m in scored.items():
+        results[name] = {split: m}
+    for name, (m, tok) in both.items():
+        injected = evaluate_on_injected(m, tok, task, heldout, max_new_tokens=v.max_new_tokens,
+                                        batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
+        if injected:
+            results.setdefault(name, {})[f"{split}_injected"] = injected
+    return results

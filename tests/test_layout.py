@@ -1,0 +1,164 @@
+"""The tree's layout: one recipe per file on top, a library below that never imports a recipe, no
+import circle (lazy imports inside functions count), and every recipe registered and listed.
+
+`python tests/test_layout.py` prints the package-level import graph and the recipes' sizes.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+RECIPES = SRC / "cotrain" / "recipes"
+MAX_RECIPE_LINES = 500
+MAX_FUNCTION_LINES = 120  # a recipe's run reads top to bottom on a screen or two
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+
+
+def is_module(name: str) -> bool:
+    base = SRC / Path(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the cotrain modules it imports}, from every import statement in its source."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((SRC / "cotrain").rglob("*.py")):
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.split(".")[0] == "cotrain"}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "cotrain":
+                for a in node.names:  # `from cotrain.train import verifier` imports a module
+                    full = f"{node.module}.{a.name}"
+                    targets.add(full if is_module(full) else node.module)
+        graph[module_name(path)] = targets - {module_name(path)}
+    return graph
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for m, targets in graph.items():
+        out[package_of(m)] |= {package_of(t) for t in targets if package_of(t) != package_of(m)}
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of `graph` (its nodes in order, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_cycle_finder_finds_a_circle_and_passes_a_tree():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle_between_modules():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_no_import_circle_between_packages():
+    cycle = find_cycle(package_graph(import_graph()))
+    assert cycle is None, "package circle: " + " -> ".join(cycle)
+
+
+def test_nothing_below_the_recipes_imports_one():
+    """The CLI runs a recipe through the registry (importlib), so no module outside recipes/ names one."""
+    upward = sorted(f"{m} -> {t}" for m, targets in import_graph().items() if not m.startswith("cotrain.recipes")
+                    for t in targets if t.startswith("cotrain.recipes"))
+    assert not upward, upward
+
+
+def _recipe_files() -> list[Path]:
+    return sorted(p for p in RECIPES.glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", _recipe_files(), ids=lambda p: p.name)
+def test_recipe_file_is_short_and_registered(path):
+    from cotrain import registry
+
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_RECIPE_LINES
+    tree = ast.parse(text)
+    long = [f"{n.name}: {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, long
+    assert path.stem in {r.module for r in registry.RECIPES.values()}, f"{path.name} is not in registry.RECIPES"
+    assert "Run:" in (ast.get_docstring(tree) or ""), "a recipe's docstring ends with the command that runs it"
+
+
+@pytest.mark.parametrize("name", ["sft", "grpo", "tango", "frozen_verifier", "consistency", "triad", "reliability"])
+def test_every_recipe_loads_with_a_one_line_summary(name):
+    from cotrain import registry
+
+    assert callable(registry.load(name).run)
+    summary = registry.summary(name)
+    assert summary.endswith(".") and "\n" not in summary and len(summary) <= 110, summary
+
+
+def test_an_unknown_recipe_is_one_line_naming_the_closest(capsys, tmp_path):
+    from cotrain.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("recipe: tang\n")
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown recipe 'tang'" in err and "did you mean 'tango'" in err, err
+
+
+def test_cli_lists_every_recipe_with_its_summary(capsys):
+    from cotrain import registry
+    from cotrain.cli import main
+
+    assert main(["recipes"]) == 0
+    listed = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    helped = capsys.readouterr().out
+    for name in registry.RECIPES:
+        line = f"{name:<18}{registry.summary(name)}"
+        assert line in listed and line in helped, name
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(SRC))
+    for package, targets in sorted(package_graph(import_graph()).items()):
+        print(f"{package:<22} -> {', '.join(sorted(targets)) or '-'}")
+    print()
+    for path in _recipe_files():
+        longest = max((n.end_lineno - n.lineno + 1, n.name) for n in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(n, ast.FunctionDef))
+        print(f"recipes/{path.name:<18} {len(path.read_text().splitlines()):>4} lines, longest function "
+              f"{longest[1]} {longest[0]}")
