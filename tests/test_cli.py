@@ -101,6 +101,22 @@ def test_eval_and_plot_commands(sft_run, tmp_path, capsys):
     assert (tmp_path / "plots" / "curves.png").stat().st_size > 10_000
 
 
+def test_eval_with_a_verifier_reports_the_gaps(sft_run, warm_verifier, tmp_path, capsys):
+    """`cotrain eval CKPT --verifier V`: the verifier judges the checkpoint's samples; eval.json and one
+    line per split give its accuracy and the generation-verification gaps."""
+    start, _ = sft_run
+    out = tmp_path / "eval.json"
+    code = main(["eval", str(start), "--task", "arith", "--splits", "test", "--n", "10", "--verifier", str(warm_verifier),
+                 "task.n_ops=[1,2]", "task.max_operand=9", "eval.k=4", "eval.n_sampled=6", "train.bf16=false",
+                 "--out", str(out)])
+    assert code == 0
+    m = json.loads(out.read_text())["verifier"]["test"]
+    assert m["n"] == 24  # 6 problems x 4 samples
+    assert m["gap/majority"] == pytest.approx(m["maj@4"] - m["mean@4"])
+    assert m["gap/verifier"] == pytest.approx(m["precision"] - m["base_rate"] if m["approve_rate"] else 0.0)
+    assert "test: gap/verifier" in capsys.readouterr().err
+
+
 def test_demo_contract(tmp_path, capsys):
     """`cotrain demo --out DIR` leaves DIR/sft, DIR/grpo and DIR/tango with their eval.json, GRPO and tango
     both starting from SFT, and combined plots; a second call reuses finished stages."""

@@ -38,8 +38,8 @@ def _run(recipe: str, raw: dict, out: Path) -> dict:
 
 
 def _training_rows(out: Path) -> list[dict]:
-    """Every metric a run logged, except ground-truth monitors, evaluations and timings."""
-    skip = ("gt/", "eval/", "time", "throughput/")
+    """Every metric a run logged, except ground-truth monitors (gt/, gap/), evaluations and timings."""
+    skip = ("gt/", "gap/", "eval/", "time", "throughput/")
     return [{k: v for k, v in r.items() if not k.startswith(skip)} for r in _rows(out)]
 
 
@@ -73,7 +73,7 @@ def _poisoned(monkeypatch):
 def test_label_free_training_is_blind_to_the_answers(sft_run, warm_verifier, tmp_path, monkeypatch, recipe):
     """With every answer the task hands out poisoned, a label-free run logs the same training metrics
     and ends with the same weights: nothing on its training path depends on ground truth (only the gt/
-    monitors and the evaluations change)."""
+    and gap/ monitors and the evaluations change)."""
     start, _ = sft_run
     raw = labelfree_config(recipe, start, warm_verifier, train={"steps": 3})
     _run(recipe, raw, tmp_path / "clean")
@@ -85,7 +85,7 @@ def test_label_free_training_is_blind_to_the_answers(sft_run, warm_verifier, tmp
     for role in ("generator", "verifier") if recipe == "consistency" else ("generator", "proposer", "judge"):
         a, b = _weights(tmp_path / "clean" / "final" / role), _weights(tmp_path / "poisoned" / "final" / role)
         assert all(torch.equal(a[k], b[k]) for k in a), role
-    monitors = [[{k: v for k, v in r.items() if k.startswith(("gt/", "eval/"))} for r in _rows(tmp_path / d)]
+    monitors = [[{k: v for k, v in r.items() if k.startswith(("gt/", "gap/", "eval/"))} for r in _rows(tmp_path / d)]
                 for d in ("clean", "poisoned")]
     assert monitors[0] != monitors[1], "the poison did not reach ground truth at all: the test proves nothing"
 
@@ -113,7 +113,7 @@ def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_veri
     rows = [r for r in _rows(tmp_path) if "gen/reward" in r]
     assert [r["step"] for r in rows] == list(range(1, 7))
     for key in ["gen/reward", "gt/gen_acc", "gt/pseudo_label_acc", "gt/agree", "gt/hack_gap", "cotrain/labelled",
-                "cotrain/agree_pseudo"]:
+                "cotrain/agree_pseudo", "gap/verifier", "gap/majority"]:
         assert all(math.isfinite(r[key]) for r in rows), key
     assert all(0 <= r["gt/pseudo_label_acc"] <= 1 for r in rows)
     assert any(r["cotrain/labelled"] > 0 for r in rows)
@@ -143,6 +143,8 @@ def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
     for key in keys:
         assert all(math.isfinite(r[key]) for r in rows), key
     assert all(0 <= r["prop/valid"] <= r["prop/parsable"] <= 1 for r in rows)
+    # the judge's and the majority's gaps over the answers whose truth is known (seed questions always are)
+    assert all(-1 <= r["gap/judge"] <= 1 and -1 <= r["gap/majority"] <= 1 for r in rows)
     assert any(r["prop/valid"] > 0 for r in rows), "the proposer warm-up taught no valid question"
     assert math.isfinite(results["generator"]["test"]["pass@1"])
     if raw["grpo"].get("beta"):  # the KL is to the solver as RL starts, after the shared proposer warm-up

@@ -208,7 +208,8 @@ def test_plot_runs_writes_cotrain_png(cotrain_runs, tmp_path, figures):
     for path in paths:
         _assert_png(path)
     acc, gap = figures["cotrain.png"].axes
-    assert acc.get_title() == "Generator and verifier accuracy" and gap.get_title() == "Reward hacking gap"
+    assert acc.get_title() == "Generator and verifier accuracy"
+    assert gap.get_title() == "Reward hacking gap and generation-verification gaps"
     # 8 points per curve: no automatic smoothing, one line per (run, key) present, plus the zero line
     # tango: gen/acc, agree, test pass@1, verifier accuracy; frozen: the same four
     assert len(acc.get_lines()) == 8
@@ -249,6 +250,22 @@ def test_cotrain_png_with_a_plain_baseline_run(cotrain_runs, two_runs, tmp_path,
     assert len(gap.get_lines()) == 2  # only tango has a hack gap, and the zero line
     # tango's 4; the baseline's gen/acc raw + smoothed (60 points: automatic window) and its eval pass@1
     assert len(acc.get_lines()) == 4 + 2 + 1
+
+
+def test_cotrain_png_draws_the_generation_verification_gaps(tmp_path, figures):
+    """gap/verifier (dashed) and gap/majority (dotted) share the right panel with the hacking gap (solid)."""
+    rows = [{"step": s, "gen/acc": 0.5, "cotrain/agree": 0.6, "cotrain/hack_gap": 0.1, "gap/verifier": 0.02 * s,
+             "gap/majority": -0.01 * s} for s in range(1, 5)]
+    run = _write_run(tmp_path / "gaps", rows, recipe="tango")
+    plot_runs([run])
+    _, gap = figures["cotrain.png"].axes
+    lines = gap.get_lines()
+    assert [line.get_linestyle() for line in lines[:3]] == ["-", "--", ":"]
+    np.testing.assert_allclose(lines[1].get_ydata(), [0.02, 0.04, 0.06, 0.08])
+    np.testing.assert_allclose(lines[2].get_ydata(), [-0.01, -0.02, -0.03, -0.04])
+    labels = [t.get_text() for t in figures["cotrain.png"].legends[0].get_texts()]
+    assert any(label.startswith("gap/verifier") for label in labels)
+    assert any(label.startswith("gap/majority") for label in labels)
 
 
 def test_cotrain_keys_are_not_a_role(tmp_path, figures):

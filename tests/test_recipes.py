@@ -54,7 +54,7 @@ def test_grpo_smoke_changes_parameters_and_logs_finite_metrics(sft_run, tmp_path
     rows = [r for r in _rows(tmp_path) if "gen/reward" in r]
     assert [r["step"] for r in rows] == list(range(1, 7))
     for key in ["gen/reward", "gen/loss", "gen/entropy", "gen/grad_norm", "gen/len_mean", "gen/clip_ratio",
-                "gen/frac_reward_zero_std", "time/gen", "time/update"]:
+                "gen/frac_reward_zero_std", "time/gen", "time/update", "gap/majority"]:
         assert all(r[key] is not None and math.isfinite(r[key]) for r in rows), key
     assert any(r["gen/frac_reward_zero_std"] < 1 for r in rows), "every group had equal rewards: nothing to learn"
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())

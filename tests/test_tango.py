@@ -96,6 +96,11 @@ def test_tango_smoke_trains_both_roles_and_logs_health(tango_run):
     ver_rows = [r for r in rows if "ver/reward" in r]
     assert [r["step"] for r in ver_rows] == [2, 4, 6]  # Ng = 2, Nv = 1
     assert all(-1 <= r["cotrain/hack_gap"] <= 1 for r in rows)
+    # the generation-verification gaps on the generator's samples, and on held-out samples at the end
+    assert all(-1 <= r["gap/verifier"] <= 1 and -1 <= r["gap/majority"] <= 1 for r in rows)
+    final = results["verifier"]["test"]
+    assert final["gap/verifier"] == pytest.approx(final["precision"] - final["base_rate"] if final["approve_rate"]
+                                                  else 0.0)
     flops = [r["flops/total"] for r in rows]
     assert flops == sorted(flops) and flops[0] > 0
     saved = json.loads((out / "eval.json").read_text())

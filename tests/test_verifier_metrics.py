@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cotrain.eval.verifier_metrics import best_of_n, earliest_error_metrics, first_error, verdict_metrics, weighted_vote
+from cotrain.eval.metrics import majority_gap
+from cotrain.eval.verifier_metrics import (
+    best_of_n,
+    earliest_error_metrics,
+    first_error,
+    verdict_metrics,
+    verifier_gap,
+    weighted_vote,
+)
 
 # ----------------------------------------------------------------------------- verdict_metrics
 
@@ -187,3 +195,33 @@ def test_weighted_vote_takes_correctness_of_first_carrier():
     assert weighted_vote([[(None, 1.0, 1)]]) == 0.0
     with pytest.raises(ValueError, match="at least one problem"):
         weighted_vote([])
+
+
+# ---------------------------------------------------------------------- the generation-verification gap
+
+
+def test_verifier_gap_is_accuracy_of_the_approved_minus_accuracy_of_all():
+    # approved: samples 0, 1 (both correct) -> 1.0; all: 3 of 4 correct -> 0.75
+    assert verifier_gap([True, True, False, False], [True, True, False, True]) == pytest.approx(0.25)
+    # approves only the wrong one: 0/1 - 3/4; an unparsed verdict (None) approves nothing
+    assert verifier_gap([True, None, False, False], [False, True, True, True]) == pytest.approx(-0.75)
+    # a verifier that approves everything gains nothing; one that approves nothing neither
+    assert verifier_gap([True] * 3, [True, False, False]) == pytest.approx(0.0)
+    assert verifier_gap([False, None], [True, False]) == 0.0
+    assert verifier_gap([], []) == 0.0
+    with pytest.raises(ValueError):
+        verifier_gap([True], [True, False])
+
+
+def test_majority_gap_is_maj_at_g_minus_the_samples_accuracy():
+    answers = ["5", "5", "3", "5",   # majority 5, correct
+               "2", "7", "7", "2"]   # a 2-2 tie goes to the answer seen first: 2, wrong
+    correct = [1, 1, 0, 1, 0, 1, 1, 0]
+    # maj@4 = (1 + 0) / 2 = 0.5; sampled accuracy = 5/8
+    assert majority_gap(answers, correct, 4) == pytest.approx(0.5 - 0.625)
+    # a group without any answer votes wrong; answers equal by the task's rule vote together
+    assert majority_gap([None, None, "0.5", "1/2"], [0, 0, 1, 1], 2,
+                        equal=lambda a, b: Fraction(a) == Fraction(b)) == pytest.approx(0.5 - 0.5)
+    assert majority_gap(["1", "1", "2"], [True, True, False], 3) == pytest.approx(1.0 - 2 / 3)
+    with pytest.raises(ValueError):
+        majority_gap(["1", "2", "3"], [1, 0, 0], 2)

@@ -84,10 +84,36 @@ def cmd_eval(args) -> int:
     task = make_task(cfg.task.name, **cfg.task.options())
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
                                                **eval_kwargs(cfg))}
+    if args.verifier:
+        results["verifier"] = _eval_verifier(cfg, args.verifier, model, tokenizer, task)
     if args.out:
         write_json_atomic(Path(args.out), results)
     print(json.dumps(results, indent=2))
     return 0
+
+
+def _eval_verifier(cfg, path: str, model, tokenizer, task) -> dict:
+    """A verifier judging the generator's samples on each split: its verdict metrics and the
+    generation-verification gaps (`eval.k` samples of `eval.n_sampled` problems), a line each on stderr."""
+    from cotrain.eval.during import eval_kwargs
+    from cotrain.eval.verifier_eval import evaluate_verifiers
+    from cotrain.models.build import load_model
+    from cotrain.runs.rundir import resolve_model_dir
+
+    verifier, vtok = load_model(resolve_model_dir(path, role="verifier"))
+    verifier.to(model.device).eval()
+    kw, out = eval_kwargs(cfg), {}
+    for split in (s for s in cfg.eval.splits if s in task.splits):
+        m = evaluate_verifiers({"verifier": (verifier, vtok)}, model, tokenizer, task, split,
+                               n=max(cfg.eval.n_sampled, 1), k=max(cfg.eval.k, 2), temperature=cfg.eval.temperature,
+                               gen_max_new_tokens=kw["max_new_tokens"], ver_max_new_tokens=cfg.verifier.max_new_tokens,
+                               batch_size=kw["batch_size"], bf16=kw["bf16"])["verifier"]
+        out[split] = m
+        print(f"{split}: gap/verifier {m['gap/verifier']:+.3f} (approved {m['precision']:.3f} vs all "
+              f"{m['base_rate']:.3f}), gap/majority {m['gap/majority']:+.3f}, verifier balanced accuracy "
+              f"{m['balanced_accuracy']:.3f}" + (f", AUROC {m['auroc']:.3f}" if "auroc" in m else ""),
+              file=sys.stderr, flush=True)
+    return out
 
 
 def demo_stages() -> dict:
@@ -195,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--splits", help="comma-separated splits (default: test,ood)")
     e.add_argument("--n", type=int, help="problems per split")
     e.add_argument("--out", help="write the results to this JSON file")
+    e.add_argument("--verifier", help=("a verifier (run dir, checkpoint or model dir) to judge the checkpoint's "
+                                       "samples: its accuracy and the generation-verification gaps"))
     e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.k=4 task.data_dir=DIR")
     e.set_defaults(fn=cmd_eval)
 

@@ -465,6 +465,9 @@ def _eval_figure(runs: list[_Run]) -> Figure:
 
 # Keys drawn in cotrain.png (besides eval/SPLIT/pass@1).
 _GEN_ACC, _AGREE, _VER_EVAL, _HACK_GAP = "gen/acc", "cotrain/agree", "eval/verifier/accuracy", "cotrain/hack_gap"
+_GAP_KEYS = [(_HACK_GAP, "-", "hacking gap: approval rate - accuracy (right)"),
+             ("gap/verifier", "--", "gap/verifier: acc. of approved - acc. of all (right)"),
+             ("gap/majority", ":", "gap/majority: maj@G - acc. of one sample (right)")]
 
 
 def _cotrain_figure(runs: list[_Run], smooth: int) -> Figure:
@@ -474,9 +477,12 @@ def _cotrain_figure(runs: list[_Run], smooth: int) -> Figure:
     `gen/acc` (solid) and how often the verifier's verdict matches ground truth on those samples,
     `cotrain/agree` (dashed), both smoothed like curves.png; plus the periodic evals, unsmoothed:
     `eval/SPLIT/pass@1` for the first split logged (filled circles) and the verifier's accuracy on its
-    fixed held-out set, `eval/verifier/accuracy` (open squares). Right, "Reward hacking gap":
-    `cotrain/hack_gap` (verifier approval rate minus ground-truth accuracy) per run around a line at 0,
-    so e.g. a frozen-verifier run and a co-trained one can be compared. Every run with any of these keys
+    fixed held-out set, `eval/verifier/accuracy` (open squares). Right, around a line at 0, per run:
+    `cotrain/hack_gap` (verifier approval rate minus ground-truth accuracy: above 0 the verifier
+    approves wrong answers), and the generation-verification gaps on the same samples, `gap/verifier`
+    (accuracy of the approved minus accuracy of all: above 0 the verifier's reward can teach) and
+    `gap/majority` (maj@G minus one sample's accuracy), so e.g. a frozen-verifier run and a co-trained
+    one can be compared. Every run with any of these keys
     is drawn, so a run without a verifier still shows as a generator-accuracy baseline.
     """
     splits = [k.split("/")[1] for run in runs for k in _eval_keys(run)]
@@ -492,8 +498,8 @@ def _cotrain_figure(runs: list[_Run], smooth: int) -> Figure:
     ax_acc, ax_gap = fig.subplots(1, 2, sharex=True)
     ax_acc.set_title("Generator and verifier accuracy")
     ax_acc.set_ylabel("accuracy")
-    ax_gap.set_title("Reward hacking gap")
-    ax_gap.set_ylabel("verifier approval rate − accuracy")
+    ax_gap.set_title("Reward hacking gap and generation-verification gaps")
+    ax_gap.set_ylabel("gap")
     for ax in (ax_acc, ax_gap):
         ax.set_xlabel("step")
 
@@ -511,10 +517,12 @@ def _cotrain_figure(runs: list[_Run], smooth: int) -> Figure:
             acc_values.append(y)
             used_runs.append(run)
             used_keys.append(key)
-        if _HACK_GAP in run.series:
-            x, y = run.series[_HACK_GAP]
-            windows.add(_draw_curve(ax_gap, x, y, smooth, run.color, "-"))
-            used_runs.append(run)
+        for key, linestyle, _ in _GAP_KEYS:
+            if key in run.series:
+                x, y = run.series[key]
+                windows.add(_draw_curve(ax_gap, x, y, smooth, run.color, linestyle))
+                used_runs.append(run)
+                used_keys.append(key)
     if acc_values:
         all_values = np.concatenate(acc_values)
         if all_values.min() >= 0 and all_values.max() <= 1:
@@ -522,18 +530,21 @@ def _cotrain_figure(runs: list[_Run], smooth: int) -> Figure:
     else:
         ax_acc.text(0.5, 0.5, "no accuracy logged", transform=ax_acc.transAxes, ha="center", color="0.5")
     ax_gap.axhline(0.0, color="0.3", linewidth=1.0, zorder=1)
-    if any(_HACK_GAP in run.series for run in runs):
-        # Which side is bad, in words: the sign convention is easy to forget.
-        ax_gap.text(0.01, 0.98, "above 0: verifier approves wrong answers", transform=ax_gap.transAxes,
+    if any(key in run.series for run in runs for key, _, _ in _GAP_KEYS):
+        # Which side is which, in words: the sign conventions are easy to forget.
+        ax_gap.text(0.01, 0.98, "hacking gap > 0: the verifier approves wrong answers\n"
+                    "gap/verifier > 0: what it approves is more often right", transform=ax_gap.transAxes,
                     va="top", fontsize=9, color="0.4")
     else:
-        ax_gap.text(0.5, 0.5, "no cotrain/hack_gap logged", transform=ax_gap.transAxes, ha="center", color="0.5")
+        ax_gap.text(0.5, 0.5, "no gap logged", transform=ax_gap.transAxes, ha="center", color="0.5")
 
     # One legend: colour = run, line style / marker = quantity.
     handles = [Line2D([], [], color=run.color, linewidth=2.5, label=run.label) for run in dict.fromkeys(used_runs)]
     handles += [Line2D([], [], color="0.35", linestyle=linestyle, linewidth=1.8 if marker is None else 1.0,
                        marker=marker, markerfacecolor=face or "0.35", label=label)
                 for key, linestyle, marker, face, label in left_keys if key in used_keys]
+    handles += [Line2D([], [], color="0.35", linestyle=linestyle, linewidth=1.8, label=label)
+                for key, linestyle, label in _GAP_KEYS if key in used_keys]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False)
     fig.suptitle("Co-training" + _smoothing_note(windows))
     return fig
@@ -547,11 +558,14 @@ _LABELFREE_PANELS = [
       ("gt/strong_acc", "-", "strong candidates (reliability)"),
       ("gt/weak_acc", "--", "weak candidates (reliability)"),
       ("eval/test/pass@1", ":", "eval pass@1 (test)")]),
-    ("Judge / verifier agreement with ground truth", "agreement",
+    ("Agreement with ground truth", "agreement",
      [("gt/agree", "-", "verifier verdict = truth (consistency)"),
-      ("gt/judge_agree", "-", "judge verdict = truth (triad, reliability)")]),
-    ("Pseudo-label accuracy", "accuracy",
-     [("gt/pseudo_label_acc", "-", "majority pseudo-label = truth")]),
+      ("gt/judge_agree", "-", "judge verdict = truth (triad, reliability)"),
+      ("gt/pseudo_label_acc", "--", "majority pseudo-label = truth (consistency)")]),
+    ("Generation-verification gap (ground truth)", "gap",
+     [("gap/verifier", "-", "verifier: acc. of approved - acc. of all"),
+      ("gap/judge", "-", "judge: acc. of approved - acc. of all"),
+      ("gap/majority", ":", "majority: maj@G - acc. of one sample")]),
     ("Reliability of the proposed questions", "signal",
      [("rel/cons", "-", "R_cons"), ("rel/sep", "--", "R_sep"), ("rel/stab", "-.", "R_stab"),
       ("rel/pass_share", ":", "share above the thresholds")]),
@@ -566,7 +580,8 @@ def _labelfree_figure(runs: list[_Run], smooth: int) -> Figure:
     """labelfree.png: a label-free run's health at a glance, one panel per question.
 
     Solver accuracy against ground truth (training samples, strong and weak candidates, periodic eval
-    pass@1 as circles), the judge's agreement with ground truth, the accuracy of majority pseudo-labels,
+    pass@1 as circles), the judge's and the majority pseudo-labels' agreement with ground truth, the
+    generation-verification gaps (what the verifier, judge or majority knows beyond one sample),
     the three reliability signals of the proposed questions with the share above the thresholds, the
     proposer's validity rate, and the size of the proposed questions (operations per question, with the
     solver's accuracy on them on a right axis). Colour = run, line style = quantity; a panel no run
@@ -601,6 +616,8 @@ def _labelfree_figure(runs: list[_Run], smooth: int) -> Figure:
                 used_runs.append(run)
         if ylabel in ("accuracy", "agreement", "share of proposals"):
             ax.set_ylim(-0.03, 1.03)
+        if ylabel == "gap":
+            ax.axhline(0.0, color="0.3", linewidth=1.0, zorder=1)
         if not drawn:
             ax.text(0.5, 0.5, "not logged by these runs", transform=ax.transAxes, ha="center", color="0.5")
             continue

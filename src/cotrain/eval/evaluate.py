@@ -39,7 +39,8 @@ def greedy_accuracy(model, tokenizer, task: Task, problems: list[Problem], *, ma
 def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, split: str, *,
                    n: int, k: int = 0, n_sampled: int = 0, temperature: float = 1.0, max_new_tokens: int = 48,
                    batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
-    """Metrics of one split: pass@1 (greedy), pass@k and maj@k (k samples of n_sampled problems)."""
+    """Metrics of one split: pass@1 (greedy), pass@k, maj@k, the samples' accuracy and gap/majority
+    (maj@k minus that accuracy), from k samples of each of n_sampled problems."""
     problems = task.problems(split, n, seed=EVAL_SEED)
     if not problems:
         raise UserError(f"split '{split}' of task {task.name} has no problems to evaluate")
@@ -65,6 +66,7 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
         out[f"pass@{k}"] = sum(pk) / len(sub)
         out[f"maj@{k}"] = sum(maj) / len(sub)
         out["sampled_acc"] = sum(mean) / len(sub)
+        out["gap/majority"] = out[f"maj@{k}"] - out["sampled_acc"]  # what a majority knows beyond one sample
     return out
 
 

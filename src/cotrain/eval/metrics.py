@@ -33,3 +33,29 @@ def majority_answer(answers: list[str | None], equal: Callable[[str, str], bool]
         return None
     best = max(counts.values())
     return next(a for a in answers if a is not None and counts.get(a) == best)
+
+
+def majority_correct(answers: list[str | None], correct: list[bool | float],
+                     equal: Callable[[str, str], bool] | None = None) -> float:
+    """The correctness (0/1) of a group's majority answer: that of the first sample stating it; 0 when
+    no sample states an answer."""
+    voted = majority_answer(answers, equal)
+    return float(correct[answers.index(voted)]) if voted is not None else 0.0
+
+
+def majority_gap(answers: list[str | None], correct: list[bool | float], group_size: int,
+                 equal: Callable[[str, str], bool] | None = None) -> float:
+    """`gap/majority`: maj@G minus the samples' mean accuracy (sampled pass@1), over consecutive groups
+    of `group_size` samples of one question each. Positive when a majority over G samples knows more
+    than one sample: the gap that majority-vote pseudo-labels can exploit.
+
+    Raises:
+        ValueError: the lists differ in length, or it is not a whole number of groups.
+    """
+    if len(answers) != len(correct) or group_size < 1 or len(answers) % group_size:
+        raise ValueError(f"majority_gap: {len(answers)} answers, {len(correct)} labels, group size {group_size}")
+    if not answers:
+        return 0.0
+    groups = range(0, len(answers), group_size)
+    maj = [majority_correct(answers[i:i + group_size], correct[i:i + group_size], equal) for i in groups]
+    return sum(maj) / len(maj) - sum(float(c) for c in correct) / len(correct)

@@ -7,7 +7,14 @@ import random
 
 from cotrain import dist
 from cotrain.eval.evaluate import EVAL_SEED, _complete
-from cotrain.eval.verifier_metrics import best_of_n, earliest_error_metrics, first_error, verdict_metrics, weighted_vote
+from cotrain.eval.verifier_metrics import (
+    best_of_n,
+    earliest_error_metrics,
+    first_error,
+    verdict_metrics,
+    verifier_gap,
+    weighted_vote,
+)
 from cotrain.models.verify import verify_batched
 from cotrain.roles.verifier import Verification
 from cotrain.tasks.base import Problem, Task
@@ -67,8 +74,9 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
 
     `k` samples of each of `n` problems are drawn from the generator (temperature `temperature`); each
     verifier verifies every sample greedily. Reported per verifier: the verdict metrics over all n*k
-    samples, and best-of-k (`bon@k`) and verifier-weighted voting (`wvote@k`) accuracy per problem next
-    to the generator's own `maj@k` and `mean@k` (its sampled accuracy) on the same samples.
+    samples, `gap/verifier` (accuracy of the samples it approves minus `mean@k`), and best-of-k
+    (`bon@k`) and verifier-weighted voting (`wvote@k`) accuracy per problem next to the generator's own
+    `maj@k` and `mean@k` (its sampled accuracy) on the same samples, and `gap/majority` = maj@k − mean@k.
 
     Args:
         verifiers: {name: (model, tokenizer)}.
@@ -99,5 +107,7 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
                                             equal)
             m[f"maj@{k}"] = weighted_vote([[(answers[i], 1.0, float(correct[i])) for i in g] for g in groups], equal)
             m[f"mean@{k}"] = sum(correct) / len(correct)
+            m["gap/majority"] = m[f"maj@{k}"] - m[f"mean@{k}"]
+        m["gap/verifier"] = verifier_gap([v.final for v in parsed], correct)
         out[name] = m
     return out

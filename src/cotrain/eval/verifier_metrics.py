@@ -1,5 +1,6 @@
-"""Verifier quality as pure functions: verdicts against ground truth, ProcessBench-style earliest-error
-accuracy, and the two ways a verifier is used at test time (best-of-N and verifier-weighted voting).
+"""Verifier quality as pure functions: verdicts against ground truth, the generation-verification gap,
+ProcessBench-style earliest-error accuracy, and the two ways a verifier is used at test time (best-of-N
+and verifier-weighted voting).
 
 Conventions: a solution is "positive" when it is correct; a verifier "approves" it when its final verdict
 says CORRECT. An unparsed verdict is None: wrong for accuracy, a reject for precision/recall/F1.
@@ -73,6 +74,23 @@ def verdict_metrics(approved: list[bool | None], correct: list[bool], scores: li
         if n_pos and n_neg:
             out["auroc"] = _mann_whitney_auroc(s, np.array(correct))
     return out
+
+
+def verifier_gap(approved: list[bool | None], correct: list[bool]) -> float:
+    """`gap/verifier`: the accuracy of the samples the verifier approves minus the accuracy of all samples
+    (its precision minus the base rate). Positive when keeping what it approves beats keeping
+    everything: the generation-verification gap a learned verifier's reward can exploit. 0 when it
+    approves none (keeping nothing gains nothing) or there are no samples.
+
+    Raises:
+        ValueError: the lists differ in length.
+    """
+    if len(approved) != len(correct):
+        raise ValueError(f"verifier_gap: {len(approved)} verdicts for {len(correct)} samples")
+    kept = [bool(c) for a, c in zip(approved, correct) if a is True]
+    if not kept:
+        return 0.0
+    return sum(kept) / len(kept) - sum(bool(c) for c in correct) / len(correct)
 
 
 def _mann_whitney_auroc(scores: np.ndarray, positive: np.ndarray) -> float:

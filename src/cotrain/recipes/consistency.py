@@ -18,13 +18,15 @@ Deviations: no labelled warm-up (it would read labels): start the verifier from 
 (`verifier.init`); `verifier.warmup_rl_steps` RL steps on pseudo-labels may follow.
 
 Metrics: as tango, but ground truth is read only by the metrics under `gt/` (gen_acc, agree,
-agree_balanced, hack_gap, pseudo_label_acc, ver_acc, ver_balanced_acc, ver_pseudo_label_acc) and by
-evaluation (`eval/`); `ver/acc` and `cotrain/agree_pseudo` are agreement with pseudo-labels,
+agree_balanced, auroc, hack_gap, pseudo_label_acc, ver_acc, ver_balanced_acc, ver_pseudo_label_acc)
+and `gap/` (verifier, majority) and by evaluation (`eval/`); `ver/acc` and `cotrain/agree_pseudo` are agreement with pseudo-labels,
 `cotrain/labelled` the share of samples with a pseudo-label.
 
 Run:  cotrain run configs/consistency_smoke.yaml --out runs/consistency
 """
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 
@@ -99,9 +101,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                         step_count=session.state.get("ver_step", 0))
     heldout = injected_heldout(cfg, task)
     n_prompts = cfg.train.batch_size // g.group_size
-
-    def eval_verifier() -> dict[str, float]:
-        return eval_verifier_during(cfg, verifier, vtok, task, heldout)
+    eval_verifier = partial(eval_verifier_during, cfg, verifier, vtok, task, heldout)  # eval/verifier/* metrics
 
     # ------------------------------------------------------------------ warm-up (step 0: RL on pseudo-labels, if any)
     if not warmed:
@@ -151,7 +151,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- log / eval / checkpoint
         metrics = {
             **reward_metrics("gen", rewards, g.group_size),
-            **label_free_monitors(labels, approved, truth_of(texts, problems)),
+            **label_free_monitors(labels, parsed, truth_of(texts, problems), [task.extract_answer(t) for t in texts],
+                                  g.group_size, getattr(task, "answers_equal", None)),
             **rollout_metrics("gen", ro),
             "gen/lr": sched.get_last_lr()[0],
             "gen/alpha": alpha,
@@ -185,15 +186,17 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
 
 
-def label_free_monitors(labels: list[bool | None], approved: list[bool | None], correct: list[bool]) -> dict:
-    """The co-training monitors against ground truth, under gt/ (`correct` trains no one), and how the
-    pseudo-labels cover the samples (cotrain/labelled), match the truth (gt/pseudo_label_acc) and
-    agree with the verifier (cotrain/agree_pseudo)."""
+def label_free_monitors(labels: list[bool | None], parsed: list, correct: list[bool], answers: list[str | None],
+                        group_size: int, equal=None) -> dict:
+    """The co-training monitors against ground truth, under gt/ and gap/ (`correct` trains no one), and
+    how the pseudo-labels cover the samples (cotrain/labelled), match the truth (gt/pseudo_label_acc)
+    and agree with the verifier (cotrain/agree_pseudo)."""
+    approved = [x.final for x in parsed]
     names = {"gen/acc": "gt/gen_acc", "cotrain/agree": "gt/agree", "cotrain/agree_balanced": "gt/agree_balanced",
-             "cotrain/hack_gap": "gt/hack_gap", "cotrain/approve_rate": "cotrain/approve_rate"}
+             "cotrain/auroc": "gt/auroc", "cotrain/hack_gap": "gt/hack_gap"}
     labelled = [(lab, c) for lab, c in zip(labels, correct) if lab is not None]
     agree_pseudo = verdict_metrics([a for a, lab in zip(approved, labels) if lab is not None],
                                    [lab for lab in labels if lab is not None])["accuracy"] if labelled else 0.0
-    return {**{names[k]: x for k, x in cotrain_monitors(approved, correct).items()},
+    return {**{names.get(k, k): x for k, x in cotrain_monitors(parsed, correct, answers, group_size, equal).items()},
             "gt/pseudo_label_acc": sum(a == b for a, b in labelled) / max(len(labelled), 1),
             "cotrain/labelled": len(labelled) / len(labels), "cotrain/agree_pseudo": agree_pseudo}

@@ -13,7 +13,8 @@ DAPO and recent TRL). Two exact savings: each prompt is run once per group (its 
 by the G completions, in rollouts and in the training forward), and with beta = 0 the groups whose
 rewards are all equal, whose gradient is exactly zero, are not run through the update at all (the
 loss keeps the whole batch's normalisers). `gen/entropy` is the sampler's entropy over all rows;
-`gen/clip_ratio` and `gen/kl` are over the trained groups.
+`gen/clip_ratio` and `gen/kl` are over the trained groups. `gap/majority` (maj@G minus one sample's
+accuracy, on each step's groups) shows what a majority vote would know beyond one sample.
 
 Curriculum (`curriculum.levels`, research direction 6): the training problems come from the task
 built with the current level's options; the level rises by one (`rl.selfplay.next_level`) once the
@@ -29,6 +30,7 @@ import torch
 from cotrain import dist
 from cotrain.config import RunConfig
 from cotrain.eval.during import eval_during_training
+from cotrain.eval.metrics import majority_gap
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.selfplay import next_level
@@ -87,6 +89,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         metrics = {
             **reward_metrics("gen", rewards, g.group_size),
             "gen/acc": (rewards >= 1).float().mean().item(),
+            "gap/majority": majority_gap([task.extract_answer(t) for t in texts], (rewards >= 1).tolist(),
+                                         g.group_size, getattr(task, "answers_equal", None)),
             **rollout_metrics("gen", ro),  # the sampler's entropy, over all rows
             "gen/lr": sched.get_last_lr()[0],
             **{f"gen/{k}": v for k, v in stats.items() if "tokens" not in k},

@@ -31,7 +31,8 @@ Deviations, and why:
 
 Metrics: `prop/*` as in triad, `gen/*` (the solver), `judge/*`, `rel/cons|sep|stab` (over the
 proposed questions), `rel/pass_share`, and the ground-truth monitors `gt/strong_acc`, `gt/weak_acc`,
-`gt/judge_agree`, `gt/proposed_solver_acc`.
+`gt/judge_agree`, `gt/proposed_solver_acc`, `gap/judge` and `gap/majority` (over each question's C
+candidates).
 
 Run:  cotrain run configs/reliability_smoke.yaml --out runs/reliability
 """
@@ -63,6 +64,7 @@ from cotrain.train.selfplay import (
     gt_correct,
     judge,
     judge_agreement,
+    judge_gaps,
     mean,
     propose,
     proposer_backward,
@@ -151,6 +153,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- log / eval / checkpoint
         correct = gt_correct(task, truth_of, asked, answers)  # ground truth: metrics only
+        extracted = [task.extract_answer(a) for a in answers]
         by_regime = {"strong": [], "weak": []}
         for k, c in enumerate(correct):
             if c is not None:
@@ -161,7 +164,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/grad_norm": grad_norms[id(solver)],
             "gen/loss": 0.0 if loss is None else loss.item(), "gen/pairs": float(n_pairs),
             "gen/judge_score": scores.mean().item(),
-            "gen/format": mean([float(task.extract_answer(a) is not None) for a in answers]),
+            "gen/format": mean([float(x is not None) for x in extracted]),
             "judge/approve_rate": mean([float(x.final is True) for x in parsed]),
             "judge/score_var": scores.var(dim=2, unbiased=False).mean().item(),
             **{f"rel/{k}": mean([s[k] for s in fresh]) for k in ("cons", "sep", "stab") if fresh},
@@ -172,6 +175,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gt/weak_acc": mean(by_regime["weak"]),
             "gt/judge_agree": judge_agreement(parsed, P, correct),
             "gt/proposed_solver_acc": mean([float(c) for c in correct[:C * len(props.fresh)] if c is not None]),
+            **judge_gaps(extracted, correct, scores.mean(dim=2).reshape(-1).tolist(), C,
+                         getattr(task, "answers_equal", None)),
             "buffer/size": len(buffer),
             **compute.metrics(),
         }

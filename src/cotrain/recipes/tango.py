@@ -37,12 +37,16 @@ Deviations from the paper, and why:
 
 Metrics: `gen/*` and `ver/*` per role (ver/* only on steps that train the verifier);
 `cotrain/agree` (the verifier's verdict on the generator's samples equals ground truth),
-`cotrain/agree_balanced`, `cotrain/hack_gap` (approval rate minus accuracy of those samples),
+`cotrain/agree_balanced`, `cotrain/auroc`, `cotrain/hack_gap` (approval rate minus accuracy of those
+samples), the generation-verification gaps on them: `gap/verifier` (accuracy of the samples the
+verifier approves minus accuracy of all) and `gap/majority` (maj@G minus one sample's accuracy),
 `eval/verifier/*` on a fixed held-out set of error-injected solutions every eval.every steps.
 
 Run:  cotrain run configs/tango_smoke.yaml --out runs/tango
 """
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 
@@ -107,9 +111,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                         ema=session.state.get("class_ema"), step_count=session.state.get("ver_step", 0))
     heldout = injected_heldout(cfg, task)
     n_prompts = cfg.train.batch_size // g.group_size
-
-    def eval_verifier() -> dict[str, float]:
-        return eval_verifier_during(cfg, verifier, vtok, task, heldout)
+    eval_verifier = partial(eval_verifier_during, cfg, verifier, vtok, task, heldout)  # eval/verifier/* metrics
 
     # ------------------------------------------------------------------ warm-up (step 0)
     if not warmed:
@@ -159,7 +161,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- log / eval / checkpoint
         metrics = {
             **reward_metrics("gen", rewards, g.group_size),
-            **cotrain_monitors(approved, correct),
+            **cotrain_monitors(parsed, correct, [task.extract_answer(t) for t in texts], g.group_size,
+                               getattr(task, "answers_equal", None)),
             **rollout_metrics("gen", ro),
             "gen/lr": sched.get_last_lr()[0],
             "gen/alpha": alpha,

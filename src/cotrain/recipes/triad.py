@@ -34,7 +34,8 @@ Deviations, and why:
 
 Metrics: `prop/*` (reward, valid, parsable, distinct, n_ops, max_operand: the size of the proposed
 questions), `gen/*` (the solver), `judge/*`, and the ground-truth monitors `gt/solver_acc`,
-`gt/judge_agree`, `gt/proposed_solver_acc`.
+`gt/judge_agree`, `gt/proposed_solver_acc`, `gap/judge` (accuracy of the answers the judge approves
+minus accuracy of all) and `gap/majority` (maj@G minus one answer's accuracy).
 
 Run:  cotrain run configs/triad_smoke.yaml --out runs/triad
 """
@@ -59,6 +60,7 @@ from cotrain.train.selfplay import (
     gt_correct,
     judge,
     judge_agreement,
+    judge_gaps,
     mean,
     propose,
     proposer_backward,
@@ -122,7 +124,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- rewards
         J = scores.mean(dim=1)                                                                # [N]
-        fmt = [float(task.extract_answer(a) is not None) for a in answers]
+        extracted = [task.extract_answer(a) for a in answers]
+        fmt = [float(x is not None) for x in extracted]
         rewards = torch.tensor([mae_solver_reward(j, f) for j, f in zip(J.tolist(), fmt)])     # [N]
         judge_rewards = torch.tensor([x.format for x in parsed])                               # [N*P]
         solver_score = {}                                                                     # S of each question
@@ -158,6 +161,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gt/solver_acc": mean([float(c) for c in correct if c is not None]),
             "gt/judge_agree": judge_agreement(parsed, sp.judge_passes, correct),
             "gt/proposed_solver_acc": mean([float(c) for c in correct[:G * len(props.fresh)] if c is not None]),
+            **judge_gaps(extracted, correct, J.tolist(), G, getattr(task, "answers_equal", None)),
             "buffer/size": len(buffer),
             **compute.metrics(),
         }

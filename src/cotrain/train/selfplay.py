@@ -12,6 +12,8 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
+from cotrain.eval.metrics import majority_gap
+from cotrain.eval.verifier_metrics import verifier_gap
 from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
 from cotrain.models.generate import Rollout, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_proposer_prompts, uses_chat
@@ -270,6 +272,20 @@ def judge_agreement(parsed, passes: int, correct: list[bool | None]) -> float:
     """The share of judging passes whose verdict equals the ground truth (answers of known truth only)."""
     pairs = [(x.final, c) for i, c in enumerate(correct) if c is not None for x in parsed[i * passes:(i + 1) * passes]]
     return mean([float(f is c) for f, c in pairs])
+
+
+def judge_gaps(answers: list[str | None], correct: list[bool | None], judged: list[float], group_size: int,
+               equal=None) -> dict[str, float]:
+    """The generation-verification gaps of a round, over the questions whose ground truth is known
+    (metrics only): gap/judge, the accuracy of the answers the judge approves (mean score over its passes
+    above 0.5) minus the accuracy of all, and gap/majority, maj over each question's `group_size`
+    answers minus their accuracy. Empty when no question's truth is known."""
+    idx = [i + j for i in range(0, len(answers), group_size) if correct[i] is not None for j in range(group_size)]
+    if not idx:
+        return {}
+    known = [bool(correct[k]) for k in idx]
+    return {"gap/judge": verifier_gap([judged[k] > 0.5 for k in idx], known),
+            "gap/majority": majority_gap([answers[k] for k in idx], known, group_size, equal)}
 
 
 def truth_lookup(task, truth: dict):

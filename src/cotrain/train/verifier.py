@@ -15,8 +15,9 @@ import torch
 from cotrain import dist
 from cotrain.config import RunConfig, VerifierConfig
 from cotrain.eval.during import eval_kwargs
-from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers
-from cotrain.eval.verifier_metrics import verdict_metrics
+from cotrain.eval.metrics import majority_gap
+from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, verifier_score
+from cotrain.eval.verifier_metrics import verdict_metrics, verifier_gap
 from cotrain.models.build import load_model, save_model
 from cotrain.models.generate import Rollout, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
@@ -64,14 +65,22 @@ def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed:
     return s_rewards, process_advantages(s_rewards, ends, group_size, ro.completion_ids.shape[1])
 
 
-def cotrain_monitors(approved: list[bool | None], correct: list[bool]) -> dict[str, float]:
-    """How the verifier's verdicts on the generator's samples match their ground truth: gen/acc,
-    cotrain/agree (accuracy), agree_balanced, hack_gap (approval rate minus accuracy), approve_rate."""
-    health = verdict_metrics(approved, correct)
+def cotrain_monitors(parsed: list[Verification], correct: list[bool], answers: list[str | None],
+                     group_size: int, equal=None) -> dict[str, float]:
+    """How the verifier's verdicts on the generator's samples match their ground truth (read by these
+    metrics alone): gen/acc, cotrain/agree (accuracy), agree_balanced, auroc (of `verifier_score`,
+    when both classes are present), hack_gap (approval rate minus accuracy), approve_rate; and the
+    generation-verification gaps on these samples: gap/verifier (accuracy of the approved minus
+    accuracy of all) and gap/majority (maj@G minus the samples' accuracy, over each prompt's group)."""
+    approved = [x.final for x in parsed]
+    health = verdict_metrics(approved, correct, [verifier_score(x) for x in parsed])
     return {"gen/acc": sum(correct) / len(correct), "cotrain/agree": health["accuracy"],
             "cotrain/agree_balanced": health["balanced_accuracy"],
+            **({"cotrain/auroc": health["auroc"]} if "auroc" in health else {}),
             "cotrain/hack_gap": health["approve_rate"] - health["base_rate"],
-            "cotrain/approve_rate": health["approve_rate"]}
+            "cotrain/approve_rate": health["approve_rate"],
+            "gap/verifier": verifier_gap(approved, correct),
+            "gap/majority": majority_gap(answers, correct, group_size, equal)}
 
 
 def mean_metrics(rows: list[dict]) -> dict[str, float]:
