@@ -12,8 +12,10 @@ import yaml
 from cotrain.config import build_config
 from cotrain.recipes import consistency, reliability, triad
 from cotrain.roles import proposer
+from cotrain.tasks import TASKS, make_task
 from cotrain.tasks.arith import ArithTask
-from cotrain.tasks.base import HIDDEN, LabelLeak, Problem, blind
+from cotrain.tasks.base import HIDDEN, PUBLIC_META, LabelLeak, Problem, blind
+from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
 from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
@@ -46,10 +48,56 @@ def _training_rows(out: Path) -> list[dict]:
 # ---------------------------------------------------------------------- the wall
 
 
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# How the wall test builds each registered task offline, with the answer also where a careless source
+# would carry it: in a field of the row (jsonl's unmapped fields), in the generator's entry (rg).
+WALL_TASKS = {
+    "arith": lambda d: ArithTask(),
+    "gsm8k": lambda d: Gsm8kTask(data_dir=_write_jsonl(d / "gsm8k_train.jsonl", [
+        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=7\n#### 7"}]).parent),
+    "math500": lambda d: Math500Task(data_dir=_write_jsonl(d / "math500_test.jsonl", [
+        {"problem": "What is $3+4$?", "answer": "7", "solution": "$3+4=\\boxed{7}$", "subject": "Algebra",
+         "level": 1, "unique_id": "test/algebra/1.json"}]).parent),
+    "jsonl": lambda d: JsonlTask(path=_write_jsonl(d / "words.jsonl", [
+        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "7", "equation": "3+4=7",
+         "rationale": "he has 7"}])),
+    "rg:leg_counting": lambda d: make_task("rg:leg_counting"),
+}
+
+
+def test_the_wall_test_covers_every_registered_task():
+    assert set(TASKS) | {"rg:leg_counting"} == set(WALL_TASKS), "a new task must join WALL_TASKS"
+
+
+@pytest.mark.parametrize("name", list(WALL_TASKS))
+def test_blind_strips_every_answer_bearing_field_and_grading_it_raises(name, tmp_path):
+    task = WALL_TASKS[name](tmp_path)
+    split = "test" if name == "math500" else "train"
+    problem = task.problems(split, 1, seed=0)[0]
+    right = problem.solution or f"#### {problem.answer}"
+    assert task.grade(right, problem) == 1.0  # the graders work on labelled problems
+    (b,) = blind([problem])
+    assert b.answer is HIDDEN and b.steps == () and b.solution is None
+    assert set(b.meta) <= set(PUBLIC_META), b.meta
+    described = {k: v for k, v in b.meta.items() if k not in ("line", "index")}  # positions, not content
+    assert str(problem.answer) not in json.dumps(described, default=str), b.meta
+    with pytest.raises(LabelLeak):
+        task.grade(right, b)
+    if hasattr(task, "score"):
+        with pytest.raises(LabelLeak):
+            task.score(right, b)
+
+
 def test_blind_hides_answers_and_any_use_of_them_raises():
     p = Problem("1+2", "3", ("1+2=3",), "1+2=3\n#3", meta={"n_ops": 1})
     (b,) = blind([p])
     assert b.question == "1+2" and b.answer is HIDDEN and b.steps == () and b.solution is None and b.meta == p.meta
+    (b,) = blind([dataclasses.replace(p, meta={"n_ops": 1, "answer": "3", "entry": {"answer": "3"}})])
+    assert b.meta == {"n_ops": 1}  # only public fields cross the wall
     for use in (str, int, float, lambda a: a == "3", lambda a: f"{a}", lambda a: "3" in a, bool):
         with pytest.raises(LabelLeak):
             use(b.answer)
@@ -59,11 +107,13 @@ def test_blind_hides_answers_and_any_use_of_them_raises():
 
 
 def _poisoned(monkeypatch):
-    """Every problem the task hands out has a wrong answer, wrong steps and a wrong solution."""
+    """Every problem the task hands out has a wrong answer, wrong steps, a wrong solution and a wrong
+    answer in its metadata."""
     real = ArithTask.problems
 
     def problems(self, split, n=None, seed=0):
-        return [dataclasses.replace(p, answer=str(int(p.answer) + 7), steps=("0+0=0",), solution="0+0=0\n#0")
+        return [dataclasses.replace(p, answer=str(int(p.answer) + 7), steps=("0+0=0",), solution="0+0=0\n#0",
+                                    meta={**p.meta, "answer": str(int(p.answer) + 7)})
                 for p in real(self, split, n, seed)]
 
     monkeypatch.setattr(ArithTask, "problems", problems)

@@ -25,7 +25,7 @@ import random
 import re
 
 from cotrain.errors import UserError
-from cotrain.tasks.base import Problem
+from cotrain.tasks.base import Problem, labelled
 
 MAX_DIGITS = 12
 """Answers and step numbers have at most this many digits; the knobs are checked to stay below it."""
@@ -375,7 +375,9 @@ class ArithTask:
         return a == b
 
     def grade(self, completion: str, problem: Problem) -> float:
-        """1.0 when the completion's final integer equals the problem's answer, else 0.0. Never raises."""
+        """1.0 when the completion's final integer equals the problem's answer, else 0.0. Never raises,
+        except LabelLeak on a blinded problem."""
+        labelled(problem)
         predicted = extract_answer(completion)
         try:
             return float(predicted is not None and int(predicted) == int(problem.answer))

@@ -72,7 +72,22 @@ class HiddenAnswer:
 HIDDEN = HiddenAnswer()
 
 
+PUBLIC_META = ("n_ops", "subject", "level", "line", "index")
+"""The only metadata a blinded problem keeps: fields no task derives from its answer (a reasoning-gym
+entry holds the answer; a `jsonl` row's other fields may: an equation, a rationale)."""
+
+
 def blind(problems: list[Problem]) -> list[Problem]:
-    """The problems as a label-free training path may see them: the question and its metadata, with
-    the answer replaced by HIDDEN and no reference steps or solution."""
-    return [Problem(question=p.question, answer=HIDDEN, steps=(), solution=None, meta=dict(p.meta)) for p in problems]
+    """The problems as a label-free training path may see them: the question and the metadata of
+    `PUBLIC_META`, with the answer replaced by HIDDEN and no reference steps or solution. Grading a
+    blinded problem raises LabelLeak in every task (`labelled`)."""
+    return [Problem(question=p.question, answer=HIDDEN, steps=(), solution=None,
+                    meta={k: v for k, v in p.meta.items() if k in PUBLIC_META}) for p in problems]
+
+
+def labelled(problem: Problem) -> Problem:
+    """`problem` itself, for a grader to read its answer; LabelLeak when it was blinded. Every task's
+    `grade` starts with it, so a label-free path that grades fails loudly instead of reading 0."""
+    if isinstance(problem.answer, HiddenAnswer):
+        raise LabelLeak("a label-free training path graded a blinded problem")
+    return problem

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cotrain.errors import UserError
-from cotrain.tasks.base import Problem
+from cotrain.tasks.base import Problem, labelled
 from cotrain.tasks.grading import math_equal
 
 # A number, with thousands separators; the minus counts only where it cannot be a subtraction ("12-5" ends in 5).
@@ -269,7 +269,9 @@ class Gsm8kTask(_FileTask):
 
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the extracted answer equals the problem's (exact for numbers), else 0.0. Never raises.
-        Problems of the `ood` split are read by their own source's rule (`extract_math_answer`)."""
+        Problems of the `ood` split are read by their own source's rule (`extract_math_answer`).
+        LabelLeak on a blinded problem."""
+        labelled(problem)
         extract = extract_math_answer if problem.meta.get("source") == "math500" else extract_gsm8k_answer
         predicted = extract(completion)
         return float(predicted is not None and math_equal(predicted, problem.answer))
@@ -300,7 +302,9 @@ class Math500Task(_FileTask):
         return extract_math_answer(completion)
 
     def grade(self, completion: str, problem: Problem) -> float:
-        """1.0 when math-verify finds the extracted answer equal to the problem's, else 0.0. Never raises."""
+        """1.0 when math-verify finds the extracted answer equal to the problem's, else 0.0. Never raises,
+        except LabelLeak on a blinded problem."""
+        labelled(problem)
         predicted = extract_math_answer(completion)
         return float(predicted is not None and math_equal(predicted, problem.answer))
 
@@ -349,6 +353,8 @@ class JsonlTask(_FileTask):
         return extract_math_answer(completion) or last_number(completion)
 
     def grade(self, completion: str, problem: Problem) -> float:
-        """1.0 when the extracted answer equals the problem's (`math_equal`), else 0.0. Never raises."""
+        """1.0 when the extracted answer equals the problem's (`math_equal`), else 0.0. Never raises,
+        except LabelLeak on a blinded problem."""
+        labelled(problem)
         predicted = self.extract_answer(completion)
         return float(predicted is not None and math_equal(predicted, problem.answer))

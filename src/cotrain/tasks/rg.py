@@ -17,7 +17,7 @@ import math
 import re
 
 from cotrain.errors import UserError
-from cotrain.tasks.base import Problem
+from cotrain.tasks.base import Problem, labelled
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -117,7 +117,9 @@ class ReasoningGymTask:
         return extract_answer(completion)
 
     def score(self, completion: str, problem: Problem) -> float:
-        """The generator's score of the extracted answer, in [0, 1] (partial credit). Never raises."""
+        """The generator's score of the extracted answer, in [0, 1] (partial credit). Never raises,
+        except LabelLeak on a blinded problem."""
+        labelled(problem)
         predicted = extract_answer(completion)
         if predicted is None:
             return 0.0
