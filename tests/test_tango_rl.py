@@ -1,5 +1,4 @@
 """Pure RL Tango functions against numbers worked out by hand."""
-import math
 
 import pytest
 import torch
@@ -42,17 +41,19 @@ def test_process_advantages_by_hand():
     Normalised: s0 [0.5, -1.5], s1 [0.5, 0.5].
     s0: t<=1 -> 0.5-1.5 = -1.0; t=2,3 -> -1.5; t=4 -> 0.
     s1: t<=2 -> 1.0; t=3,4 -> 0.5.
-    A second group whose only sample has usable rewards has std 0 -> all zeros; None -> zeros.
+    A second group with a single step reward keeps it as it is (RL Tango: mean 0, std 1): 1.0 up to its
+    end token 0; None -> zeros.
     """
     rewards = [[0.5, -0.5], [0.5, 0.5], [1.0], None]
     ends = [[1, 3], [2, 4], [0], []]
     out = process_advantages(rewards, ends, group_size=2, length=5, eps=0.0)
     expected = torch.tensor([[-1.0, -1.0, -1.5, -1.5, 0.0],
                              [1.0, 1.0, 1.0, 0.5, 0.5],
-                             [0.0] * 5,
+                             [1.0, 0.0, 0.0, 0.0, 0.0],
                              [0.0] * 5])
-    # a single pooled reward: (r - mean) = 0 whatever the std, so the lone sample gets 0
     assert torch.allclose(out, expected)
+    # two equal rewards normalise to 0 (std 0: the eps keeps it finite)
+    assert torch.equal(process_advantages([[0.5], [0.5]], [[0], [1]], group_size=2, length=2), torch.zeros(2, 2))
 
 
 def test_process_advantages_end_beyond_length_is_clipped():
@@ -67,20 +68,27 @@ def test_mix_advantages():
 
 
 def test_alpha_schedules():
-    """exp from 0.5 to 1e-3 over 3 steps: step 2 = 0.5 * (0.002) ** 0.5 = 0.0223607."""
+    """exp (RL Tango's code): max(1e-3, a0 exp(-ln(a0 / 1e-3) (step - 1) / total)). From 0.5 over 3 steps:
+    0.5, 0.5 * 500^(-1/3) = 0.0629961, 0.5 * 500^(-2/3) = 0.00793701. From 0.1 over 300 steps: step 101
+    is 0.1 * 100^(-1/3) = 0.0215443 and step 300 0.1 * 100^(-299/300) = 0.00101547 (the reference's
+    values); past the end it stays at 1e-3."""
     assert alpha_at(7, 10, 0.3) == 0.3
     assert alpha_at(1, 3, 0.5, "exp") == pytest.approx(0.5)
-    assert alpha_at(2, 3, 0.5, "exp") == pytest.approx(0.5 * math.sqrt(0.002))
-    assert alpha_at(3, 3, 0.5, "exp") == pytest.approx(1e-3)
+    assert alpha_at(2, 3, 0.5, "exp") == pytest.approx(0.0629961, rel=1e-6)
+    assert alpha_at(3, 3, 0.5, "exp") == pytest.approx(0.00793701, rel=1e-6)
+    assert alpha_at(101, 300, 0.1, "exp") == pytest.approx(0.0215443, rel=1e-5)
+    assert alpha_at(300, 300, 0.1, "exp") == pytest.approx(0.00101547, rel=1e-5)
+    assert alpha_at(900, 300, 0.1, "exp") == pytest.approx(1e-3)
     assert alpha_at(1, 1, 0.5, "exp") == pytest.approx(0.5)
     with pytest.raises(ValueError):
         alpha_at(1, 3, 0.5, "cosine")
 
 
 def test_verifier_rewards():
-    """final [T, F, None, F] vs correct [T, T, F, F], format [1, .5, 0, 1], w 0.2:
-    [1 + .2, 0 + .1, 0 + 0, 1 + .2]; adversarial adds 1 for the rejected incorrect solution (the last)."""
-    final, correct, fmt = [True, False, None, False], [True, True, False, False], [1.0, 0.5, 0.0, 1.0]
+    """final [T, F, None, F] vs correct [T, T, F, F], format [1, .5, .5, 1], w 0.2:
+    [1 + .2, 0 + .1, 0 (no final verdict: no format reward either), 1 + .2]; adversarial adds 1 for the
+    rejected incorrect solution (the last)."""
+    final, correct, fmt = [True, False, None, False], [True, True, False, False], [1.0, 0.5, 0.5, 1.0]
     assert torch.allclose(verifier_rewards(final, correct, fmt, 0.2), torch.tensor([1.2, 0.1, 0.0, 1.2]))
     assert torch.allclose(verifier_rewards(final, correct, fmt, 0.2, adversarial=True, w_catch=1.0),
                           torch.tensor([1.2, 0.1, 0.0, 2.2]))
@@ -105,3 +113,13 @@ def test_class_weights_by_hand():
     assert ema == pytest.approx((2.6, 1.0))
     assert torch.allclose(w, torch.tensor([0.765566, 1.234434]), atol=1e-5)
     assert w.mean().item() == pytest.approx(1.0)
+
+
+def test_class_weights_of_a_class_rarer_than_one_per_batch():
+    """RL Tango's code, no clamp: batch 1 all 16 correct -> ema (16, 0); batch 2 15 correct, 1 wrong ->
+    ema (0.8*16 + 0.2*15, 0.2*1) = (15.8, 0.2); coefficients (1/sqrt 15.8, 1/sqrt 0.2) = (0.251577, 2.236068),
+    mean (15 * 0.251577 + 2.236068) / 16 = 0.375608 -> [0.669785] * 15 + [5.953197]."""
+    _, ema = class_weights([True] * 16, None, 0.8)
+    w, ema = class_weights([True] * 15 + [False], ema, 0.8)
+    assert ema == pytest.approx((15.8, 0.2))
+    assert w[0].item() == pytest.approx(0.669785, rel=1e-5) and w[-1].item() == pytest.approx(5.953197, rel=1e-5)

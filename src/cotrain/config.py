@@ -139,7 +139,7 @@ class VerifierConfig(_Section):
     max_new_tokens: int = Field(64, ge=1, description="Length limit of a verification.")
     greedy_verdicts: bool = Field(True, description=(
         "Verify the generator's samples greedily for its process rewards (else one sampled verification)."))
-    w_format: float = Field(0.2, ge=0, description="Weight of the format score in the verifier's reward.")
+    w_format: float = Field(0.8, ge=0, description="Weight of the format score in the verifier's reward (RL Tango: 0.8).")
     class_decay: float = Field(0.8, ge=0, lt=1, description="EMA decay of the class counts behind the class reweighting.")
     reweight: bool = Field(True, description="Reweight the verifier's advantages by class (GT-correct vs incorrect).")
     warmup_sft_steps: int = Field(300, ge=0, description="SFT steps on auto-labelled verifications before RL (0: zero warm-up).")
@@ -163,8 +163,10 @@ class VerifierConfig(_Section):
 class TangoConfig(_Section):
     """The co-training schedule and the generator's advantage mixing."""
 
-    alpha: float = Field(0.3, ge=0, le=1, description="Weight of the process advantage: A = (1-alpha) A_out + alpha A_proc.")
-    alpha_schedule: Literal["constant", "exp"] = Field("constant", description="alpha constant, or decayed exp to 1e-3.")
+    alpha: float = Field(0.1, ge=0, le=1, description=(
+        "Weight of the process advantage: A = (1-alpha) A_out + alpha A_proc (RL Tango: 0.1, decaying)."))
+    alpha_schedule: Literal["constant", "exp"] = Field("exp", description=(
+        "exp: alpha decays exponentially to 1e-3 over the run (RL Tango's schedule); constant: alpha throughout."))
     gen_steps: int = Field(3, ge=1, description="Ng: generator steps per round.")
     ver_steps: int = Field(1, ge=0, description="Nv: verifier steps per round (0: the verifier is frozen).")
     adversarial: bool = Field(False, description=(

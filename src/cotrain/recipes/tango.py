@@ -21,14 +21,29 @@ Algorithm (Zha et al. 2025, "RL Tango"; formulas in DESIGN.md):
   adversarial (GAR): the verifier also earns w_catch for rejecting an incorrect solution, the
             generator w_approve for a correct solution the verifier approves.
 
-Deviations from the paper, and why:
+Defaults are the paper's code's (kaiwenzha/RL-Tango, scripts/run_rl_tango.sh): alpha 0.1 decaying
+exponentially to 1e-3 (`tango.alpha`, `alpha_schedule: exp`), w_format 0.8, class weights
+1 / (sqrt(EMA count) + 1e-6) with decay 0.8 and no clamp, a group's lone step reward kept as it is,
+no reward at all for a verification without a final verdict, Ng:Nv = 3:1, verifier temperature 1.
+
+Deviations from the paper, and why (none of them measured against the paper's choice yet, except
+where a figure is given):
   - In the tiny world the verifier's rationale recomputes each step and repeats the claimed result
-    before its verdict (roles/verifier.py): tiny verifiers writing bare verdicts stay at chance.
-  - The warm-up is SFT on automatically labelled verifications (the task's process labels), where
-    the paper warms up by RL only; `verifier.warmup_sft_steps: 0` gives the zero warm-up of
-    experiment 3.2. The verifier's RL reward never uses process labels.
-  - The generator's samples are verified greedily (`verifier.greedy_verdicts`) for lower-variance
-    process rewards; the verifier's own RL rollouts are sampled.
+    before its verdict (roles/verifier.py): tiny verifiers writing bare verdicts stay at chance
+    (README: bare verdicts stayed at chance). Its format score is 0.5 for a final verdict plus 0.5
+    for one verdict per step, not the paper's rubric of penalties for its tags.
+  - The warm-up is SFT on automatically labelled verifications (the task's process labels: the one
+    place a process label is used, see `train.verifier.warmup_verifier`), where the paper warms up by
+    40 RL steps only (`verifier.warmup_rl_steps: 40`, `warmup_sft_steps: 0` gives that; 0 and 0 the
+    zero warm-up of experiment 3.2). The verifier's RL reward never uses process labels.
+  - The generator's samples are verified greedily (`verifier.greedy_verdicts`, the paper samples one
+    verification at temperature 1: `greedy_verdicts: false`), for lower-variance process rewards and
+    so that a repeated solution is verified once; the verifier's own RL rollouts are sampled.
+  - No KL term and no entropy bonus by default (the paper: KL 0.001 on both models, entropy 0.001);
+    `grpo.beta` adds the generator's KL, the verifier's RL has none. The loss is aggregated by
+    `grpo.loss_type` (the paper: token mean), the outcome advantage's epsilon is TRL's 1e-4 (the
+    paper's verl: 1e-6), and sizes and learning rates are the tiny world's (the paper: 5 samples per
+    prompt, 5 verifications per solution, 256 solutions per verifier step, learning rate 1e-6).
   - A verifier step draws its own solutions (one per prompt, `verifier.solutions` prompts) from the
     current generator rather than reusing the generator's batch, so each of its groups is one solution.
   - `train.steps` counts generator steps, so runs compare with `grpo` at equal generator steps; the

@@ -48,12 +48,13 @@ def step_token_ends(pieces: list[str], line_indices: list[int]) -> list[int]:
 
 
 def process_advantages(rewards: list[list[float] | None], ends: list[list[int]], group_size: int,
-                       length: int, eps: float = 1e-4) -> torch.Tensor:
+                       length: int, eps: float = 1e-6) -> torch.Tensor:
     """Per-token process advantages from step rewards (RL Tango).
 
     Within each group, the step rewards of all its usable samples are z-normalised together,
-    r~ = (r - mean) / (std + eps); then A_proc[i, t] = sum of r~_k over the steps k of sample i that
-    end at or after token t (0 after the last step). Samples whose rewards are None get 0.
+    r~ = (r - mean) / (std + eps); a group with a single step reward keeps it as it is (mean 0, std 1,
+    as RL Tango's code does); then A_proc[i, t] = sum of r~_k over the steps k of sample i that end at
+    or after token t (0 after the last step). Samples whose rewards are None get 0.
 
     Args:
         rewards: N entries, each K_i step rewards or None.
@@ -71,8 +72,10 @@ def process_advantages(rewards: list[list[float] | None], ends: list[list[int]],
         pooled = torch.tensor([r for i in members if rewards[i] is not None for r in rewards[i]])
         if pooled.numel() == 0:
             continue
-        scale = (pooled.std() if pooled.numel() > 1 else 0.0) + eps
-        mean = pooled.mean()
+        if pooled.numel() == 1:  # nothing to normalise against: the reward as it is
+            scale, mean = 1.0, 0.0
+        else:
+            scale, mean = pooled.std() + eps, pooled.mean()
         for i in members:
             if rewards[i] is None:
                 continue
@@ -90,27 +93,34 @@ def mix_advantages(outcome: torch.Tensor, process: torch.Tensor, alpha: float) -
 def alpha_at(step: int, total: int, alpha0: float, schedule: str = "constant", final: float = 1e-3) -> float:
     """The process-advantage weight at generator step `step` (1-based) of `total`.
 
-    constant: alpha0. exp: alpha0 * (final / alpha0) ** ((step - 1) / (total - 1)), from alpha0 at the
-    first step down to `final` at the last.
+    constant: alpha0. exp (RL Tango's schedule, as its code computes it): max(final, alpha0 *
+    exp(-k (step - 1))) with k = ln(alpha0 / final) / total: alpha0 at the first step, decaying
+    exponentially to reach `final` one step after the last.
     """
     if schedule == "constant" or alpha0 <= 0:
         return alpha0
     if schedule != "exp":
         raise ValueError(f"alpha schedule must be constant or exp, got {schedule!r}")
-    frac = (step - 1) / max(total - 1, 1)
-    return alpha0 * (final / alpha0) ** min(max(frac, 0.0), 1.0)
+    if alpha0 <= final:
+        return alpha0
+    k = math.log(alpha0 / final) / max(total, 1)
+    return max(final, alpha0 * math.exp(-k * max(step - 1, 0)))
 
 
 def verifier_rewards(final: list[bool | None], correct: list[bool], fmt: list[float], w_format: float,
                      adversarial: bool = False, w_catch: float = 1.0) -> torch.Tensor:
-    """r = 1[final verdict == ground-truth correctness] + w_format * format; a missing verdict never matches.
+    """r = 1[final verdict == ground-truth correctness] + w_format * format; 0 without a final verdict
+    (RL Tango's code scores neither correctness nor format then).
 
     Adversarial (GAR): plus w_catch for rejecting a solution that is in fact incorrect.
     Returns [N].
     """
     out = []
     for v, c, f in zip(final, correct, fmt, strict=True):
-        r = float(v is not None and v == c) + w_format * f
+        if v is None:
+            out.append(0.0)
+            continue
+        r = float(v == c) + w_format * f
         if adversarial and v is False and not c:
             r += w_catch
         out.append(r)
@@ -130,8 +140,9 @@ def class_weights(labels: list[bool], ema: tuple[float, float] | None, decay: fl
     """Per-sample weights that rebalance the verifier's two classes (GT-correct / GT-incorrect).
 
     The running counts are EMAs of each class's count per batch, ema_c <- decay * ema_c + (1 - decay)
-    * n_c (the first batch sets them to its counts); a class's coefficient is 1 / sqrt(max(ema_c, 1)),
-    and the coefficients are rescaled so that the batch's samples have mean weight 1.
+    * n_c (the first batch sets them to its counts); a class's coefficient is 1 / (sqrt(ema_c) + 1e-6)
+    (RL Tango's `sqrt_inverse`: a class rarer than one per batch weighs more than one per batch), and
+    the coefficients are rescaled so that the batch's samples have mean weight 1.
 
     Args:
         labels: ground-truth correctness of each sample's solution.
@@ -145,6 +156,6 @@ def class_weights(labels: list[bool], ema: tuple[float, float] | None, decay: fl
         ema = (float(n_pos), float(n_neg))
     else:
         ema = (decay * ema[0] + (1 - decay) * n_pos, decay * ema[1] + (1 - decay) * n_neg)
-    coef = (1 / math.sqrt(max(ema[0], 1.0)), 1 / math.sqrt(max(ema[1], 1.0)))
+    coef = (1 / (math.sqrt(ema[0]) + 1e-6), 1 / (math.sqrt(ema[1]) + 1e-6))
     raw = torch.tensor([coef[0] if x else coef[1] for x in labels])
     return (raw / raw.mean() if len(labels) else raw), ema

@@ -242,7 +242,11 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
 
 
 def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok, compute: Compute) -> dict[str, float]:
-    """SFT of the verifier on `warmup_examples`, each labelled by `reference_verification`."""
+    """SFT of the verifier on `warmup_examples`, each labelled by `reference_verification`: a verdict
+    per step and a final one, from the task's process labels (which step an error was injected at).
+    This is the one place co-training reads process labels, a stated exception to "the verifier's RL
+    reward never uses process labels" (RL Tango warms up by RL on outcomes alone:
+    `verifier.warmup_sft_steps: 0`, `warmup_rl_steps: 40`)."""
     v = cfg.verifier
     if v.warmup_sft_steps == 0:
         return {}
