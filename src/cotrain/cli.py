@@ -1,18 +1,20 @@
 """cotrain run | recipes | check | eval | demo | plot | sweep.
 
-Every mistake a user can make ends with one line on stderr and exit code 2.
+Every mistake a user can make ends with one line on stderr and exit code 2; anything else is a bug in
+cotrain, which ends with its traceback, a line that says so, and exit code 1.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import traceback
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
-from cotrain import dist, registry
+from cotrain import registry
 from cotrain.errors import UserError
 
 
@@ -22,13 +24,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_run(args) -> int:
-    from cotrain.config import load_config
+    from cotrain.config import load_config  # validated before torch is imported: a mistake is reported at once
 
     cfg = load_config(args.config, args.overrides)
     out = args.out or cfg.out_dir
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
+    from cotrain import dist
+
     dist.init()  # under torchrun: join the process group (one process: nothing)
     main_process = dist.is_main()
     try:
@@ -266,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cotrain: interrupted (resume with --resume)", file=sys.stderr)
         return 130
+    except Exception as err:  # not a user's mistake: keep the traceback, and say that it is a bug
+        traceback.print_exc()
+        print(f"cotrain: internal error: {type(err).__name__}: {err} -- a bug in cotrain, not in your input; "
+              "please report it with the traceback above", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,9 +15,32 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cotrain.errors import UserError
 from cotrain.registry import RECIPES, unknown
 
+MAX_COUNT = 10**9
+"""The largest step, size or token count a config may ask for: no run on any machine gets near it, and a
+larger one (10**4000, say) would only fail deep inside torch or numpy."""
+
+
+def _too_large(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) > MAX_COUNT
+    if isinstance(value, (list, tuple)):
+        return any(_too_large(v) for v in value)
+    if isinstance(value, dict):
+        return any(_too_large(v) for v in value.values())
+    return False
+
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded(cls, value, info):
+        if info.field_name != "seed" and _too_large(value):
+            raise ValueError(f"must be at most {MAX_COUNT:,} in size")
+        return value
 
 
 class ModelConfig(_Section):
@@ -74,6 +97,13 @@ class TaskConfig(BaseModel):
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _bounded(self):
+        for key, value in self.options().items():
+            if _too_large(value):
+                raise ValueError(f"task.{key}: must be at most {MAX_COUNT:,} in size")
+        return self
 
 
 class TrainConfig(_Section):
@@ -297,7 +327,7 @@ class RolloutConfig(_Section):
 
 class RunConfig(_Section):
     recipe: str = Field("grpo", description="Training loop to run: one of `cotrain recipes`.")
-    seed: int = Field(0, description="The one seed; every random choice derives from it.")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="The one seed; every random choice derives from it.")
     out_dir: str | None = Field(None, description="Run directory (the CLI's --out overrides it).")
     init: str | None = Field(None, description="Start from this checkpoint (a run dir, a step dir or a model dir).")
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -408,6 +438,8 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             value = yaml.safe_load(text) if text != "" else ""
         except yaml.YAMLError:
             value = text
+        except (ValueError, RecursionError) as err:  # a number over Python's digit limit, nesting too deep
+            raise UserError(f"override '{key}': {_unreadable(err)}") from None
         node = raw
         parts = key.strip().split(".")
         for part in parts[:-1]:
@@ -424,7 +456,10 @@ def _format_validation(err: ValidationError) -> str:
     where = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     got = first.get("input")
-    shown = f" (got {got!r})" if where and not isinstance(got, dict) else ""
+    text = repr(got)
+    if len(text) > 60:  # a 4,000-digit number is named, not printed
+        text = f"{text[:30]}... ({len(text)} characters)"
+    shown = f" (got {text})" if where and not isinstance(got, dict) else ""
     return f"invalid config: {where + ': ' if where else ''}{msg}{shown}"
 
 
@@ -437,12 +472,29 @@ def build_config(raw: dict | None = None, overrides: list[str] | None = None) ->
         raise UserError(_format_validation(err)) from None
 
 
+def _unreadable(err: Exception) -> str:
+    if isinstance(err, RecursionError):
+        return "nested too deeply to read"
+    return f"unreadable value ({str(err).split(';')[0]})"
+
+
 def read_yaml_mapping(path: Path, what: str) -> dict:
     """A YAML file that must hold a mapping; every problem is a one-line UserError naming `what`."""
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a directory, not a YAML file")
     if not path.is_file():
         raise UserError(f"{what} not found: {path}")
+    data = path.read_bytes()
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {data[err.start]:#04x} on line {line}); "
+                        "save it as UTF-8") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+    except (ValueError, RecursionError) as err:
+        raise UserError(f"{what} {path}: {_unreadable(err)}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

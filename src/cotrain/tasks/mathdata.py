@@ -145,19 +145,27 @@ def read_jsonl(path: Path, task: str) -> list[dict]:
         task: the task's name, for error messages.
 
     Raises:
-        UserError: the file is missing, or a line is not a JSON object.
+        UserError: the file is missing, a line is not UTF-8 text, or a line is not a JSON object.
     """
     if not path.is_file():
         raise UserError(f"{task}: data file not found: {path} (set task.data_dir or COTRAIN_DATA_DIR)")
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for line_number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a leading BOM is fine
+            except UnicodeDecodeError as error:
+                raise UserError(f"{task}: {path}:{line_number}: not UTF-8 text (byte {raw[error.start]:#04x} at "
+                                f"column {error.start + 1}); convert the file to UTF-8") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as error:
                 raise UserError(f"{task}: {path}:{line_number}: not valid JSON ({error.msg})") from None
+            except (ValueError, RecursionError) as error:  # a number over Python's digit limit, nesting too deep
+                reason = "nested too deeply" if isinstance(error, RecursionError) else str(error).split(";")[0]
+                raise UserError(f"{task}: {path}:{line_number}: unreadable JSON ({reason})") from None
             if not isinstance(row, dict):
                 raise UserError(f"{task}: {path}:{line_number}: expected a JSON object, got {type(row).__name__}")
             rows.append({**row, "_line": line_number})
