@@ -268,3 +268,13 @@ def test_check_bad_input_is_one_line_and_exit_code_2(capsys, args, message):
 def test_check_of_a_missing_config_is_one_line(capsys, tmp_path):
     assert main(["check", str(tmp_path / "nothere.yaml")]) == 2
     assert capsys.readouterr().err.startswith("cotrain: error: config file not found")
+
+
+SMOKE_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*smoke*.yaml"))
+
+
+@pytest.mark.parametrize("path", SMOKE_CONFIGS, ids=lambda p: p.name)
+def test_check_passes_every_shipped_smoke_config(path, capsys):
+    """The self-play smoke configs once failed `check` (sized by train.n_problems, not selfplay.seed_questions)."""
+    assert main(["check", str(path), "--prompts", "1", "--max-new-tokens", "8"]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.strip().endswith("ok")

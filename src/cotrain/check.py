@@ -78,7 +78,9 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     # ------------------------------------------------------------------ task and data
     # what a run reads: the training pool, and the problems the final evaluation draws from each split
     task = build_task(cfg)
-    pool, _ = training_pool(task, cfg, t.n_problems)
+    # self-play draws its seed questions (`selfplay.seed_questions`), the other recipes `train.n_problems`
+    pool, _ = training_pool(task, cfg, cfg.selfplay.seed_questions if "judge" in RECIPES[cfg.recipe].roles
+                            else t.n_problems)
     evaluated = {s: len(task.problems(s, cfg.eval.n, seed=EVAL_SEED)) for s in cfg.eval.splits if s in task.splits}
     missing = [s for s in cfg.eval.splits if s not in task.splits]
     say(f"task      {cfg.task.name} (splits {', '.join(task.splits)}): training pool {len(pool)} problems; evaluation "
