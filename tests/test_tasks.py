@@ -413,6 +413,37 @@ def test_jsonl_bad_rows(tmp_path, content, message):
         JsonlTask(path=path).problems("train")
 
 
+def test_jsonl_question_over_two_fields_and_errors_that_list_the_fields(tmp_path):
+    """A word-problem file as published: the question split into a body and a question sentence."""
+    path = tmp_path / "words.jsonl"
+    path.write_text('{"Body": "Tom has 3 apples and buys 4.", "Question": "How many now?", "Answer": 7.0, "id": 9}\n')
+    task = JsonlTask(path=path, question_field="{Body} {Question}", answer_field="Answer")
+    (p,) = task.problems("train")
+    assert p.question == "Tom has 3 apples and buys 4. How many now?" and p.answer == "7.0"
+    assert p.meta == {"id": 9, "line": 1}  # the fields the template used are not metadata
+    assert task.grade("#### 7", p) == 1.0
+    for question_field, missing in [("{Body} {Query}", "'Query'"), ("question", "'question'")]:
+        with pytest.raises(UserError, match=f"missing field {missing} \\(the row has: Body, Question, Answer, id;"):
+            JsonlTask(path=path, question_field=question_field, answer_field="Answer").problems("train")
+    with pytest.raises(UserError, match="bad field template"):
+        JsonlTask(path=path, question_field="{Body", answer_field="Answer").problems("train")
+    with pytest.raises(UserError, match="set task.path or task.splits"):  # not task.data_dir, which jsonl rejects
+        JsonlTask(path=tmp_path / "absent.jsonl").problems("train")
+
+
+def test_a_test_only_file_cannot_train_and_says_so(tmp_path):
+    from cotrain.config import build_config
+    from cotrain.train.setup import training_pool
+
+    path = tmp_path / "test.jsonl"
+    path.write_text('{"question": "2+2?", "answer": "4"}\n')
+    task = JsonlTask(splits={"test": path})
+    assert len(task.problems("test")) == 1  # evaluation reads it
+    cfg = build_config({"task": {"name": "jsonl", "splits": {"test": str(path)}}})
+    with pytest.raises(UserError, match="has no train split \\(its splits: test\\)"):
+        training_pool(task, cfg, 10)
+
+
 def test_jsonl_needs_one_source():
     with pytest.raises(UserError):
         JsonlTask()

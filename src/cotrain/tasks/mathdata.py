@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import string
 from dataclasses import replace
 from pathlib import Path
 
@@ -137,18 +138,19 @@ def default_data_dir() -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 
-def read_jsonl(path: Path, task: str) -> list[dict]:
+def read_jsonl(path: Path, task: str, hint: str = "set task.data_dir or COTRAIN_DATA_DIR") -> list[dict]:
     """The rows of a JSONL file (blank lines skipped).
 
     Args:
         path: the file.
         task: the task's name, for error messages.
+        hint: how to point the task at another file, for the error of a missing one.
 
     Raises:
         UserError: the file is missing, a line is not UTF-8 text, or a line is not a JSON object.
     """
     if not path.is_file():
-        raise UserError(f"{task}: data file not found: {path} (set task.data_dir or COTRAIN_DATA_DIR)")
+        raise UserError(f"{task}: data file not found: {path} ({hint})")
     rows = []
     with path.open("rb") as f:
         for line_number, raw in enumerate(f, start=1):
@@ -184,6 +186,7 @@ class _FileTask:
 
     name: str
     _files: dict[str, Path]
+    _hint = "set task.data_dir or COTRAIN_DATA_DIR"  # how to point the task at another file
 
     def __init__(self):
         self._cache: dict[str, list[Problem]] = {}
@@ -198,7 +201,7 @@ class _FileTask:
             raise UserError(f"{self.name}: unknown split {split!r} (valid: {', '.join(self._files)})")
         if split not in self._cache:
             path = self._files[split]
-            self._cache[split] = [self._to_problem(row, path) for row in read_jsonl(path, self.name)]
+            self._cache[split] = [self._to_problem(row, path) for row in read_jsonl(path, self.name, self._hint)]
         return take_shuffled(self._cache[split], n, seed)
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
@@ -210,9 +213,22 @@ class _FileTask:
 
 
 def _field(row: dict, key: str, path: Path, task: str) -> str:
-    if key not in row:
-        raise UserError(f"{task}: {path}:{row['_line']}: missing field {key!r} (set the task's *_field options)")
-    return str(row[key])
+    """The row's field `key`, or a template over its fields (`"{body} {question}"`: a question split
+    over two fields); a missing field is an error that lists the fields the row has."""
+    if "{" in key:
+        try:
+            return key.format_map({k: v for k, v in row.items() if k != "_line"})
+        except KeyError as err:
+            missing = err.args[0]
+        except (ValueError, IndexError, AttributeError) as err:
+            raise UserError(f"{task}: bad field template {key!r} ({err}); write fields as {{name}}") from None
+    elif key in row:
+        return str(row[key])
+    else:
+        missing = key
+    fields = ", ".join(k for k in row if k != "_line") or "none"
+    raise UserError(f"{task}: {path}:{row['_line']}: missing field {missing!r} (the row has: {fields}; set the "
+                    "task's *_field options)")
 
 
 def _math500_problem(row: dict, path: Path, task: str) -> Problem:
@@ -323,7 +339,8 @@ class JsonlTask(_FileTask):
     Args:
         path: shorthand for splits={"train": path}.
         splits: split name -> file, e.g. {"train": "a.jsonl", "test": "b.jsonl"}.
-        question_field: the row field holding the question.
+        question_field: the row field holding the question, or a template over fields for a question
+            split over several (`"{body} {question}"`).
         answer_field: the row field holding the ground-truth answer.
         solution_field: the row field holding a reference solution, if any.
         name: the task's name in messages and logs.
@@ -346,15 +363,17 @@ class JsonlTask(_FileTask):
             raise UserError(f"{name}: task.splits is empty; map at least one split to a file")
         self._files = {split: Path(file) for split, file in files.items()}
         self.question_field, self.answer_field, self.solution_field = question_field, answer_field, solution_field
+        self._hint = "set task.path or task.splits"
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
+        question = _field(row, self.question_field, path, self.name)  # a bad template fails here, in one line
+        answer = _field(row, self.answer_field, path, self.name)
+        solution = _field(row, self.solution_field, path, self.name) if self.solution_field else None
         used = {self.question_field, self.answer_field, self.solution_field, "_line"}
-        return Problem(
-            question=_field(row, self.question_field, path, self.name),
-            answer=_field(row, self.answer_field, path, self.name),
-            solution=_field(row, self.solution_field, path, self.name) if self.solution_field else None,
-            meta={**{k: v for k, v in row.items() if k not in used}, "line": row["_line"]},
-        )
+        used |= {name for template in (self.question_field, self.answer_field) if "{" in template
+                 for _, name, _, _ in string.Formatter().parse(template) if name}
+        return Problem(question=question, answer=answer, solution=solution,
+                       meta={**{k: v for k, v in row.items() if k not in used}, "line": row["_line"]})
 
     def extract_answer(self, completion: str) -> str | None:
         """The last `\\boxed{}`, else the text after the last `####`/`answer:`, else the last number."""

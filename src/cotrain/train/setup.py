@@ -31,6 +31,9 @@ def build_task(cfg: RunConfig) -> Task:
 
 def training_pool(task: Task, cfg: RunConfig, n: int | None, n_val: int = 0) -> tuple[list[Problem], list[Problem]]:
     """Training problems and `n_val` held-out problems of the train split (disjoint from the pool)."""
+    if "train" not in task.splits:
+        raise UserError(f"task {cfg.task.name} has no train split (its splits: {', '.join(task.splits)}): give it "
+                        "training data, or evaluate a checkpoint on these splits with `cotrain eval`")
     problems = task.problems("train", None if n is None else n + n_val, seed=cfg.seed)
     pool, val = (problems[:-n_val], problems[-n_val:]) if n_val else (problems, [])
     if not pool:
