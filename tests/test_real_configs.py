@@ -199,7 +199,8 @@ def test_check_starts_real_config_on_standin(standins, capsys, name, arch, cls, 
     assert re.match(r"mean \d\.\d{3} over \d+", report["reward"])
     assert report["sample"].startswith(("'", '"')) and "peak" in report["memory"]
     assert ("verify" in report) == (name not in ("grpo", "sft"))  # a verifier or judge checks the first sample
-    assert "training pool 7473 problems; evaluation test 1319, ood 500" in report["task"]
+    pool = 512 if name in ("triad", "reliability") else 7473  # self-play reads selfplay.seed_questions of them
+    assert f"training pool {pool} problems; evaluation test 1319, ood 500" in report["task"]
 
 
 @needs_data
