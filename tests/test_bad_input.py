@@ -151,7 +151,7 @@ def _hostile_texts(n: int, seed: int = 0) -> list[str]:
 def test_ten_thousand_malformed_outputs_through_every_parser():
     from cotrain.roles import proposer, verifier
     from cotrain.tasks.arith import ArithTask, extract_answer, parse_steps
-    from cotrain.tasks.mathdata import extract_gsm8k_answer, extract_math_answer, last_number
+    from cotrain.tasks.mathdata import extract_gsm8k_answer, extract_math_answer, extract_word_answer, last_number
     from cotrain.tasks.rg import extract_answer as rg_extract
 
     arith = ArithTask()
@@ -161,6 +161,7 @@ def test_ten_thousand_malformed_outputs_through_every_parser():
         "arith.extract_answer": extract_answer, "arith.parse_steps": parse_steps,
         "arith.check_question": arith.check_question, "arith.size": arith.size, "arith.problem_of": arith.problem_of,
         "gsm8k.extract": extract_gsm8k_answer, "math.extract": extract_math_answer, "last_number": last_number,
+        "jsonl.extract": extract_word_answer,
         "rg.extract": rg_extract,
     }
     texts = _hostile_texts(10_000)

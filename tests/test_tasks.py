@@ -444,6 +444,26 @@ def test_a_test_only_file_cannot_train_and_says_so(tmp_path):
         training_pool(task, cfg, 10)
 
 
+@pytest.mark.parametrize("completion, read, gold, right", [
+    ("Answer: 2 bananas", "2", "2", True),                       # a unit after the number
+    ("#### 2 bananas", "2", "2", True),
+    ("The answer is 5/2", "5/2", "2.5", True),                   # a fraction, not its last number
+    ("The answer is 12. Check: 12 * 2 = 24.", "12", "12", True),  # the answer, not the check's 24
+    ("the final answer is $1,200 dollars", "1200", "1200", True),
+    ("#### 2x+1", "2x+1", "2x+1", True),                        # an expression is read whole
+    ("Answer: 11:45 p.m.", "11:45 p.m", "11:45 P.M.", True),     # not a number: compared as text
+    ("The answer is Alice.", "Alice", "alice", True),
+    ("The answer is Bob", "Bob", "Alice", False),
+    ("so \\boxed{7}", "7", "7", True),
+    ("no mark, so the last number: 42", "42", "42", True),
+    ("#### 3", "3", "4", False),
+])
+def test_jsonl_reads_answers_as_people_write_them(completion, read, gold, right):
+    task = JsonlTask(path="unused.jsonl")
+    assert task.extract_answer(completion) == read
+    assert task.grade(completion, Problem("q", gold)) == float(right)
+
+
 def test_jsonl_needs_one_source():
     with pytest.raises(UserError):
         JsonlTask()

@@ -29,6 +29,11 @@ _ANSWER_MARK = re.compile(r"####|answer\s*:", re.IGNORECASE)
 # A backslash escapes the next character (\{ is a literal brace, \\ a line break); braces otherwise.
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
+_WORD_MARK = re.compile(r"####|answer\s*:|the (?:final )?answer is", re.IGNORECASE)
+# A number (or a fraction of two) at the start of an answer line, then a unit, a sentence or nothing:
+# "2 bananas", "12. Check: ...", "5/2"; not the start of an expression ("2x+1", "3 + 4").
+_LEADING_NUMBER = re.compile(r"\s*\$?\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?(?:\s*/\s*[0-9]+)?)\$?"
+                             r"(?=\s*$|[.,;!?)(\]]|\s+[^\s+\-*/^=])")
 
 
 # ----------------------------------------------------------------------------- answer extraction
@@ -109,6 +114,37 @@ def extract_math_answer(completion: str) -> str | None:
     if not marks:
         return None
     return _answer_line(completion[marks[-1].end():].split("\n", 1)[0])
+
+
+def extract_word_answer(completion: str) -> str | None:
+    """A word problem's final answer as people write it, or None. Never raises.
+
+    In order: the content of the last `\\boxed{}`; else what follows the last `####`, `Answer:` or
+    `The answer is` (any case) on its line: the number it starts with, units and sentences after it
+    dropped ("#### 2 bananas" -> 2, "The answer is 12. Check: 12 * 2 = 24." -> 12, "5/2" -> 5/2), or
+    the whole rest of the line when it does not start with a number ("11:45 p.m.", a name); else None.
+    """
+    if not isinstance(completion, str):
+        return None
+    boxed = last_boxed(completion)
+    if boxed:
+        return boxed
+    marks = list(_WORD_MARK.finditer(completion))
+    if not marks:
+        return None
+    line = completion[marks[-1].end():].split("\n", 1)[0]
+    lead = _LEADING_NUMBER.match(line)
+    if lead:
+        return _clean_number(re.sub(r"\s+", "", lead.group(1)))
+    return _answer_line(line)
+
+
+def same_text(a: str, b: str) -> bool:
+    """Two answers equal as text: case, surrounding spaces and punctuation, and inner runs of spaces
+    ignored ("11:45 p.m." and "11:45 P.M"; a name)."""
+    def normal(s: str) -> str:
+        return " ".join(s.casefold().strip().strip(".,;:!?$ ").split())
+    return isinstance(a, str) and isinstance(b, str) and bool(normal(a)) and normal(a) == normal(b)
 
 
 def _answer_line(line: str) -> str | None:
@@ -376,12 +412,14 @@ class JsonlTask(_FileTask):
                        meta={**{k: v for k, v in row.items() if k not in used}, "line": row["_line"]})
 
     def extract_answer(self, completion: str) -> str | None:
-        """The last `\\boxed{}`, else the text after the last `####`/`answer:`, else the last number."""
-        return extract_math_answer(completion) or last_number(completion)
+        """`extract_word_answer` (the last `\\boxed{}`, else the answer after the last `####`, `Answer:`
+        or `The answer is`, units dropped), else the last number."""
+        return extract_word_answer(completion) or last_number(completion)
 
     def grade(self, completion: str, problem: Problem) -> float:
-        """1.0 when the extracted answer equals the problem's (`math_equal`), else 0.0. Never raises,
-        except LabelLeak on a blinded problem."""
+        """1.0 when the extracted answer equals the problem's, as text (`same_text`: times, names) or
+        mathematically (`math_equal`), else 0.0. Never raises, except LabelLeak on a blinded problem."""
         labelled(problem)
         predicted = self.extract_answer(completion)
-        return float(predicted is not None and math_equal(predicted, problem.answer))
+        return float(predicted is not None and (same_text(predicted, problem.answer)
+                                                or math_equal(predicted, problem.answer)))
