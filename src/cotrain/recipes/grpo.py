@@ -34,7 +34,7 @@ from cotrain.eval.metrics import majority_gap
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.selfplay import next_level
-from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks import make_task
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
@@ -109,10 +109,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
             timer.lap("eval")
         metrics.update(timer.metrics())
-        if step % cfg.log.every == 0 or step == cfg.train.steps:
-            session.logger.log(step, metrics)
-        session.progress.update(step, {"reward": metrics["gen/reward"],
-                                       **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
+        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"]})
         maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, "level": level,
                                                            "recent_acc": recent})
 

@@ -56,7 +56,7 @@ from cotrain.rl.selfplay import (
     reliability_signals,
 )
 from cotrain.runs.rundir import list_checkpoints
-from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_tokens
 from cotrain.train.selfplay import (
@@ -185,10 +185,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             solver.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        if step % cfg.log.every == 0 or step == cfg.train.steps:
-            session.logger.log(step, metrics)
-        session.progress.update(step, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"],
-                                       **{k.split("/", 1)[1]: x for k, x in metrics.items() if k.startswith("eval/")}})
+        log_step(cfg, session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
         maybe_checkpoint(cfg, session, step, m.roles, extra=state())
 
     others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}

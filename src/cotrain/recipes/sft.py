@@ -22,7 +22,7 @@ from cotrain.errors import UserError
 from cotrain.eval.during import eval_during_training, eval_kwargs
 from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
-from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import StepTimer
 from cotrain.train.setup import build_task, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import supervised_step
@@ -73,10 +73,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        if step % cfg.log.every == 0 or step == cfg.train.steps or stop:
-            session.logger.log(step, metrics)
-        session.progress.update(step, {"loss": metrics["gen/loss"],
-                                       **{k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("eval/")}})
+        log_step(cfg, session, step, metrics, {"loss": metrics["gen/loss"]}, force=stop)
         maybe_checkpoint(cfg, session, step, roles, stop=stop)
         if stop:
             break

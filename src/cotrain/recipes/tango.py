@@ -72,7 +72,7 @@ from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages
 from cotrain.runs.rundir import list_checkpoints
-from cotrain.runs.session import finish, maybe_checkpoint, open_session
+from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
 from cotrain.train.setup import (
@@ -197,10 +197,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        if step % cfg.log.every == 0 or step == cfg.train.steps:
-            session.logger.log(step, metrics)
-        session.progress.update(step, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"],
-                                       **{k.split("/", 1)[1]: x for k, x in metrics.items() if k.startswith("eval/")}})
+        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"]})
         maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, **ver_rl.state()})
 
     # ------------------------------------------------------------------ final evaluation

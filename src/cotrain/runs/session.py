@@ -91,6 +91,15 @@ def choose_precision(cfg: RunConfig, models: list, run_dir: Path, resume: bool) 
         write_json_atomic(path, env)
 
 
+def log_step(cfg: RunConfig, session: Session, step: int, metrics: dict, shown: dict, force: bool = False) -> None:
+    """Write the step's metrics when due (every `log.every` steps, the last step, or `force`) and show
+    `shown` and every `eval/` metric on the progress line."""
+    if force or step % cfg.log.every == 0 or step == cfg.train.steps:
+        session.logger.log(step, metrics)
+    session.progress.update(step, {**shown, **{k.split("/", 1)[1]: v for k, v in metrics.items()
+                                               if k.startswith("eval/")}})
+
+
 def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict, stop: bool = False,
                      extra: dict | None = None, force: bool = False) -> None:
     """Checkpoint every `checkpoint.every` steps, at the last step, when a stopping rule fires, or when
