@@ -23,6 +23,7 @@ from cotrain.tasks.arith import (
     solve,
     step_labels,
 )
+from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.grading import math_equal, plain_number
 from cotrain.tasks.mathdata import (
     Gsm8kTask,
@@ -541,6 +542,7 @@ def graded_tasks():
     rg = make_task("rg:leg_counting", size=1)
     return [
         (ArithTask(), ArithTask().problems("train", 1)[0]),
+        (CountdownTask(), CountdownTask().problems("train", 1)[0]),
         (Gsm8kTask(), Problem(question="q", answer="72")),
         (Math500Task(), Problem(question="q", answer="\\frac{1}{2}")),
         (JsonlTask(path="unused.jsonl"), Problem(question="q", answer="0.5")),

@@ -36,4 +36,4 @@ def eval_verifier_during(cfg: RunConfig, verifier, vtok, task: Task, heldout: li
                              batch_size=eval_kwargs(cfg)["batch_size"], bf16=cfg.train.bf16)
     verifier.train()
     return {f"eval/verifier/{k}": x for k, x in m.items() if k in ("accuracy", "balanced_accuracy", "acc_erroneous",
-                                                                   "acc_correct", "earliest_f1")}
+                                                                   "acc_correct", "earliest_f1") or k.startswith("caught/")}

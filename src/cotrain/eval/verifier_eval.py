@@ -27,13 +27,32 @@ def verifier_score(v: Verification) -> float:
     return float(v.final is True) + 0.5 * steps
 
 
+def caught_by_kind(task: Task, problems: list[Problem], texts: list[str], approved: list[bool | None]) -> dict[str, float]:
+    """For tasks that name how a wrong solution fails (`task.error_kind`): per kind, the share of the
+    solutions failing that way that the verifier does not approve (`caught/<kind>`) and their count
+    (`n/<kind>`); `caught/correct` is the share of correct solutions it approves. Empty otherwise."""
+    if not hasattr(task, "error_kind"):
+        return {}
+    groups: dict[str, list[bool]] = {}
+    for p, text, verdict in zip(problems, texts, approved):
+        kind = task.error_kind(p, text)
+        groups.setdefault(kind or "correct", []).append((verdict is True) == (kind is None))
+    out = {}
+    for kind, hits in sorted(groups.items()):
+        out[f"caught/{kind}"] = sum(hits) / len(hits)
+        out[f"n/{kind}"] = float(len(hits))
+    return out
+
+
 def injected_error_set(task: Task, problems: list[Problem], seed: int = EVAL_SEED) -> list[tuple[Problem, str, int | None]]:
     """Balanced held-out solutions for process evaluation: the reference solution of every other problem,
-    and for the rest the reference with a wrong result at a uniformly drawn step, carried forward.
+    and for the rest the reference with an error injected at a uniformly drawn step (`task.corrupt`).
 
     Returns:
-        (problem, solution, index of its first wrong step or None) triples; empty when the task cannot
-        corrupt solutions.
+        (problem, solution, index of its first wrong step or None) triples: the first step the task's
+        process labels mark wrong where it has them (an injected error that leaves every step right, a
+        Countdown search failure, has None), else the step drawn. Empty when the task cannot corrupt
+        solutions.
     """
     if not hasattr(task, "corrupt"):
         return []
@@ -46,7 +65,11 @@ def injected_error_set(task: Task, problems: list[Problem], seed: int = EVAL_SEE
             out.append((p, p.solution, None))
         else:
             k = rng.randrange(len(p.steps))
-            out.append((p, task.corrupt(p, k, rng)[1], k))
+            steps, solution = task.corrupt(p, k, rng)
+            if hasattr(task, "step_labels"):
+                labels = list(task.step_labels(p, list(steps)))
+                k = labels.index(False) if False in labels else None
+            out.append((p, solution, k))
     return out
 
 
@@ -64,6 +87,7 @@ def evaluate_on_injected(verifier, tokenizer, task: Task, items: list[tuple[Prob
     pred = [first_error(v.steps) if v.steps else None for v in parsed]
     ee = earliest_error_metrics(pred, [k for _, _, k in items])
     out.update({"earliest_" + k if k in ("f1",) else k: v for k, v in ee.items()})
+    out.update(caught_by_kind(task, [p for p, _, _ in items], [s for _, s, _ in items], [v.final for v in parsed]))
     return out
 
 
@@ -109,5 +133,6 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
             m[f"mean@{k}"] = sum(correct) / len(correct)
             m["gap/majority"] = m[f"maj@{k}"] - m[f"mean@{k}"]
         m["gap/verifier"] = verifier_gap([v.final for v in parsed], correct)
+        m.update(caught_by_kind(task, flat_problems, texts, [v.final for v in parsed]))
         out[name] = m
     return out

@@ -108,7 +108,8 @@ def chat_messages(question: str, completion: str) -> list[dict[str, str]]:
 # ----------------------------------------------------------------------------- targets and parsing
 
 
-def render(rationales: list[str], verdicts: list[bool], final: bool, chat: bool = False) -> str:
+def render(rationales: list[str], verdicts: list[bool], final: bool, chat: bool = False,
+           final_rationale: str = "") -> str:
     """The verification a verifier should write (its SFT target).
 
     Args:
@@ -116,14 +117,16 @@ def render(rationales: list[str], verdicts: list[bool], final: bool, chat: bool 
         verdicts: one per step, True = correct.
         final: the final verdict.
         chat: write the chat vocabulary (Step k: ... CORRECT / Final: ...) instead of the tiny one.
+        final_rationale: what the final line says before its verdict (e.g. "#22 ok"), if anything.
     """
     assert len(rationales) == len(verdicts), "one rationale per step verdict"
+    note = f"{final_rationale} " if final_rationale else ""
     if chat:
         lines = [f"Step {k + 1}: {(r + ' ') if r else ''}{'CORRECT' if v else 'INCORRECT'}"
                  for k, (r, v) in enumerate(zip(rationales, verdicts))]
-        return "\n".join(lines + [f"Final: {'CORRECT' if final else 'INCORRECT'}"])
+        return "\n".join(lines + [f"Final: {note}{'CORRECT' if final else 'INCORRECT'}"])
     lines = [f"{(r + ' ') if r else ''}{'ok' if v else 'no'}" for r, v in zip(rationales, verdicts)]
-    return "\n".join(lines + [f"#{'ok' if final else 'no'}"])
+    return "\n".join(lines + [f"#{note}{'ok' if final else 'no'}"])
 
 
 def _verdict(line: str) -> bool | None:
@@ -171,8 +174,8 @@ def reference_verification(task, problem, completion: str, chat: bool = False) -
     The final verdict is the completion's ground-truth outcome (`task.grade`). Step verdicts are the
     task's process labels where it has them (`task.step_labels`); otherwise every step is marked
     correct in a correct solution, and only the last step incorrect in an incorrect one (a guess: the
-    task cannot say which step failed). Rationales come from `task.step_rationales` where present.
-    Never raises on malformed completions.
+    task cannot say which step failed). Rationales come from `task.step_rationales` where present, and
+    the final line's from `task.final_rationale`. Never raises on malformed completions.
     """
     steps = [text for _, text in split_steps(completion)]
     correct = task.grade(completion, problem) >= 1.0
@@ -183,4 +186,5 @@ def reference_verification(task, problem, completion: str, chat: bool = False) -
         if steps and not correct:
             labels[-1] = False
     rationales = task.step_rationales(problem, steps) if hasattr(task, "step_rationales") else [""] * len(steps)
-    return render(list(rationales), labels, correct, chat=chat)
+    final_note = task.final_rationale(problem, steps) if hasattr(task, "final_rationale") else ""
+    return render(list(rationales), labels, correct, chat=chat, final_rationale=final_note)

@@ -1,6 +1,7 @@
 """Problem sources: `make_task(name, **options)` builds one by name.
 
     arith             the tiny world's procedural integer chains (tasks/arith.py)
+    countdown         the gap world: reach a target from given numbers (tasks/countdown.py)
     gsm8k, math500    the data files of shared/data (tasks/mathdata.py)
     jsonl             any JSONL file of question/answer rows (tasks/mathdata.py)
     rg:<generator>    a reasoning-gym generator, e.g. rg:leg_counting (tasks/rg.py)
@@ -13,11 +14,12 @@ import inspect
 from cotrain.errors import UserError
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import Problem, Task
+from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
 
 __all__ = ["TASKS", "Problem", "Task", "make_task"]
 
-TASKS = {"arith": ArithTask, "gsm8k": Gsm8kTask, "math500": Math500Task, "jsonl": JsonlTask}
+TASKS = {"arith": ArithTask, "countdown": CountdownTask, "gsm8k": Gsm8kTask, "math500": Math500Task, "jsonl": JsonlTask}
 """The tasks by name, besides the `rg:<generator>` family."""
 
 
@@ -25,7 +27,7 @@ def make_task(name: str, **options) -> Task:
     """The task called `name`, built with `options` as its constructor's keyword arguments.
 
     Args:
-        name: "arith", "gsm8k", "math500", "jsonl" or "rg:<reasoning-gym generator>".
+        name: "arith", "countdown", "gsm8k", "math500", "jsonl" or "rg:<reasoning-gym generator>".
         **options: the task's knobs (e.g. n_ops=(2, 3) for arith, data_dir=... for gsm8k).
 
     Returns:

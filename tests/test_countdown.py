@@ -1,0 +1,177 @@
+"""Tests of the gap world (cotrain.tasks.countdown): the formats and rules worked out by hand, each
+kind of fault, the verifier's rationales and reference verifications, injected errors of every kind,
+the search, the splits, the knobs, and fuzzing that no string makes a parser or grader raise."""
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cotrain.errors import UserError
+from cotrain.roles.verifier import parse, reference_verification
+from cotrain.tasks import make_task
+from cotrain.tasks.countdown import (
+    CountdownTask,
+    error_kind,
+    extract_answer,
+    final_rationale,
+    parse_question,
+    parse_step,
+    solve,
+    step_labels,
+    step_rationales,
+)
+
+Q = "3,5,7:22"
+
+
+def test_parse_question_and_step():
+    assert parse_question(Q) == ([3, 5, 7], 22)
+    assert parse_question("9,9:81") == ([9, 9], 81)
+    for bad in ("3:4", "3,5:", ",3,5:2", "3,5,7:22\n", "3 5:8", "a,b:c", "3,,5:8", None, 7):
+        assert parse_question(bad) is None, bad
+    assert parse_step(" 3*5=15 ") == (3, "*", 5, 15)
+    assert parse_step("5-7=-2") == (5, "-", 7, -2)
+    assert parse_step("3*5=") is None and parse_step("3/5=1") is None and parse_step(None) is None
+    assert extract_answer("3*5=15\n15+7=22\n#022") == "22"
+    assert extract_answer("#22\n#x") is None and extract_answer("no answer") is None
+
+
+@pytest.mark.parametrize("completion, kind", [
+    ("3*5=15\n15+7=22\n#22", None),            # the reference
+    ("7+3=10\n10*5=50\n#50", "target"),         # every step right, another target
+    ("5*3=15\n7+15=22\n#22", None),             # operands in any order
+    ("3*5=15\n15+7=23\n#23", "step"),           # a wrong result
+    ("3-5=-2\n7*-2=-14\n#-14", "step"),         # a negative result, as in the game, is not allowed
+    ("3*6=18\n18+4=22\n#22", "operand"),        # 6 and 4 are not given
+    ("3*5=15\n15+5=20\n#20", "operand"),        # 5 used twice
+    ("3*5=16\n16+6=22\n#22", "step"),           # the first fault decides: a wrong result before 6
+    ("3*5=15\n#15", "target"),                  # 7 left unused
+    ("3*5=15\n15+7=22\n#21", "target"),         # the final line says otherwise
+    ("3*5=15\n15+7=22", "target"),              # no final line
+    ("3*5=15\n15+7=22\n22+0=22\n#22", "operand"),  # a step too many: 0 is not available
+    ("", "format"),
+    ("#22", "format"),
+    ("3*5=15\nso 22\n#22", "format"),
+])
+def test_error_kinds_worked_by_hand(completion, kind):
+    assert error_kind(Q, completion) == kind
+    task = CountdownTask()
+    problem = task.problem_of(Q)
+    assert task.grade(completion, problem) == float(kind is None)
+
+
+def test_step_labels_judge_each_step_against_what_the_solution_made_available():
+    # step 1's wrong result 16 is carried forward: step 2 uses it correctly and is right locally
+    assert step_labels(Q, ["3*5=16", "16+7=23"]) == [False, True]
+    assert step_labels(Q, ["3*5=15", "15+5=20"]) == [True, False]
+    assert step_labels(Q, ["junk", "3*5=15", "15+7=22"]) == [False, True, True]
+    assert step_labels("not a question", ["3*5=15"]) == [False]
+
+
+def test_rationales_and_the_reference_verification():
+    assert step_rationales(Q, ["3*5=15", "15+7=23"]) == ["3,5,7 3*5=15 15", "7,15 15+7=22 23"]
+    assert step_rationales(Q, ["3*6=18", "x"]) == ["3,5,7 3*6=18 18", "5,7,18 ?"]
+    assert final_rationale(Q, ["3*5=15", "15+7=23"]) == "23"
+    assert final_rationale(Q, ["3*5=15"]) == "7,15"
+    assert step_rationales("junk", ["1+1=2"]) == ["?"] and final_rationale("junk", []) == "?"
+    task = CountdownTask()
+    problem = task.problem_of(Q)
+    right = reference_verification(task, problem, "3*5=15\n15+7=22\n#22")
+    assert right == "3,5,7 3*5=15 15 ok\n7,15 15+7=22 22 ok\n#22 ok"
+    wrong = reference_verification(task, problem, "3+5=8\n8+7=15\n#15")
+    assert wrong == "3,5,7 3+5=8 8 ok\n7,8 8+7=15 15 ok\n#15 no"  # a search failure: steps right, end off
+    v = parse(wrong, 2)
+    assert (v.steps, v.final, v.format) == ([True, True], False, 1.0)
+    chat = reference_verification(task, problem, "3*5=15\n15+7=22\n#22", chat=True)
+    assert chat.endswith("Final: 22 CORRECT") and parse(chat, 2).final is True
+
+
+def test_solve_and_check_question():
+    steps = solve(Q)
+    assert steps is not None and error_kind(Q, "\n".join([*steps, "#22"])) is None
+    assert solve("1,1:5") is None and solve("junk") is None
+    assert solve("2,3:6", ops="+") is None and solve("2,3:6", ops="*") == ("2*3=6",)
+    task = CountdownTask()
+    assert task.check_question(Q) == (True, True)
+    assert task.check_question("1,1:5") == (True, False)             # no solution
+    assert task.check_question("3,5,7,2,1:22") == (True, False)      # 5 numbers: more than the task's 4
+    assert task.check_question("3,5,7,2,1:22", max_ops=4) == (True, True)
+    assert task.check_question("3,15:18") == (True, False)           # 15 > max_number
+    assert task.check_question("3,15:18", max_operand=20) == (True, True)
+    assert task.check_question("3+5") == (False, False)
+    assert task.size(Q) == {"n_ops": 2.0, "max_operand": 7.0} and task.size("x") == {}
+    assert task.problem_of("1,1:5") is None
+
+
+def test_corrupt_injects_every_kind_at_the_step_asked():
+    task = CountdownTask()
+    rng = random.Random(0)
+    kinds = Counter()
+    for p in task.problems("train", 300, seed=1):
+        k = rng.randrange(len(p.steps))
+        steps, solution = task.corrupt(p, k, rng)
+        kind = error_kind(p.question, solution)
+        kinds[kind] += 1
+        assert kind is not None and task.grade(solution, p) == 0.0
+        labels = step_labels(p.question, list(steps))
+        assert labels[:k] == [True] * k  # the steps before k are untouched
+        if kind in ("step", "operand"):
+            assert labels[k] is False
+        v = parse(reference_verification(task, p, solution), len(p.steps))
+        assert v.final is False and v.format == 1.0
+    assert set(kinds) == {"step", "operand", "target"} and min(kinds.values()) > 60, kinds
+    with pytest.raises(ValueError):
+        task.corrupt(task.problem_of(Q), 2, rng)
+
+
+def test_problems_splits_determinism_and_bounds():
+    task = CountdownTask()
+    train = task.problems("train", 400, seed=0)
+    assert [p.question for p in train[:50]] == [p.question for p in task.problems("train", 50, seed=0)]
+    test = task.problems("test", 200, seed=0)
+    assert not {p.question for p in train} & {p.question for p in test}
+    for p in train + test:
+        numbers, target = parse_question(p.question)
+        assert 3 <= len(numbers) <= 4 and all(1 <= x <= 9 for x in numbers) and 10 <= target <= 99
+        assert p.answer == str(target) and p.meta == {"n_ops": len(numbers) - 1}
+        assert task.grade(p.solution, p) == 1.0 and len(p.steps) == len(numbers) - 1
+    assert {len(parse_question(p.question)[0]) for p in task.problems("ood", 50)} == {5}
+    assert len({p.question for p in train}) == 400
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"n_numbers": [1, 3]}, "n_numbers"),
+    ({"n_numbers": [3, 9]}, "n_numbers"),
+    ({"max_number": 0}, "max_number"),
+    ({"ops": "/"}, "ops"),
+    ({"min_target": 500}, "min_target"),
+    ({"n_numbers": [2, 2], "max_number": 1, "min_target": 50}, "found only"),
+])
+def test_bad_knobs_are_user_errors(options, message):
+    with pytest.raises(UserError, match=message):
+        make_task("countdown", **options).problems("train", 10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="0123456789+-*=#\n ,:x", max_size=80))
+def test_fuzz_parsers_and_grader_never_raise(text):
+    task = CountdownTask()
+    problem = task.problem_of(Q)
+    assert task.grade(text, problem) in (0.0, 1.0)
+    answer = task.extract_answer(text)
+    assert answer is None or answer.lstrip("-").isdigit()
+    lines = text.split("\n")
+    assert all(isinstance(x, bool) for x in step_labels(Q, lines))
+    assert len(step_rationales(Q, lines)) == len(lines) and isinstance(final_rationale(Q, lines), str)
+    assert error_kind(text, text) in (None, "step", "operand", "target", "format")
+
+
+@settings(max_examples=200, deadline=None)
+@given(numbers=st.lists(st.integers(1, 12), min_size=2, max_size=5), target=st.integers(0, 200))
+def test_fuzz_every_solution_found_is_graded_correct(numbers, target):
+    question = ",".join(map(str, numbers)) + f":{target}"
+    steps = solve(question)
+    if steps is not None:
+        assert error_kind(question, "\n".join([*steps, f"#{target}"])) is None
