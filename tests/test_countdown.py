@@ -73,19 +73,19 @@ def test_step_labels_judge_each_step_against_what_the_solution_made_available():
 def test_rationales_and_the_reference_verification():
     assert step_rationales(Q, ["3*5=15", "15+7=23"]) == ["3,5,7 3*5=15 15", "7,15 15+7=22 23"]
     assert step_rationales(Q, ["3*6=18", "x"]) == ["3,5,7 3*6=18 18", "5,7,18 ?"]
-    assert final_rationale(Q, ["3*5=15", "15+7=23"]) == "23"
-    assert final_rationale(Q, ["3*5=15"]) == "7,15"
+    assert final_rationale(Q, ["3*5=15", "15+7=23"]) == "23 22"
+    assert final_rationale(Q, ["3*5=15"]) == "7,15 22"
     assert step_rationales("junk", ["1+1=2"]) == ["?"] and final_rationale("junk", []) == "?"
     task = CountdownTask()
     problem = task.problem_of(Q)
     right = reference_verification(task, problem, "3*5=15\n15+7=22\n#22")
-    assert right == "3,5,7 3*5=15 15 ok\n7,15 15+7=22 22 ok\n#22 ok"
+    assert right == "3,5,7 3*5=15 15 ok\n7,15 15+7=22 22 ok\n#22 22 ok"
     wrong = reference_verification(task, problem, "3+5=8\n8+7=15\n#15")
-    assert wrong == "3,5,7 3+5=8 8 ok\n7,8 8+7=15 15 ok\n#15 no"  # a search failure: steps right, end off
+    assert wrong == "3,5,7 3+5=8 8 ok\n7,8 8+7=15 15 ok\n#15 22 no"  # a search failure: steps right, end off
     v = parse(wrong, 2)
     assert (v.steps, v.final, v.format) == ([True, True], False, 1.0)
     chat = reference_verification(task, problem, "3*5=15\n15+7=22\n#22", chat=True)
-    assert chat.endswith("Final: 22 CORRECT") and parse(chat, 2).final is True
+    assert chat.endswith("Final: 22 22 CORRECT") and parse(chat, 2).final is True
 
 
 def test_solve_and_check_question():
@@ -137,7 +137,8 @@ def test_problems_splits_determinism_and_bounds():
         assert 3 <= len(numbers) <= 4 and all(1 <= x <= 9 for x in numbers) and 10 <= target <= 99
         assert p.answer == str(target) and p.meta == {"n_ops": len(numbers) - 1}
         assert task.grade(p.solution, p) == 1.0 and len(p.steps) == len(numbers) - 1
-    assert {len(parse_question(p.question)[0]) for p in task.problems("ood", 50)} == {5}
+    ood = [parse_question(p.question)[0] for p in task.problems("ood", 100)]
+    assert max(max(numbers) for numbers in ood) == 14 and {len(numbers) for numbers in ood} == {3, 4}
     assert len({p.question for p in train}) == 400
 
 

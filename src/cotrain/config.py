@@ -179,6 +179,9 @@ class VerifierConfig(_Section):
         "Generator samples drawn (temperature 1) for the warm-up data, labelled by ground-truth outcome."))
     warmup_corrupt_frac: float = Field(0.5, ge=0, le=1, description=(
         "Share of warm-up examples that are reference solutions with an injected step error (tasks with `corrupt`)."))
+    warmup_clean_frac: float = Field(0.0, ge=0, le=1, description=(
+        "Share of warm-up examples that are clean reference solutions (tasks with `corrupt`): where the "
+        "generator's samples are mostly wrong, they keep the verifier from learning to reject by default."))
     warmup_error_rate: float = Field(0.0, ge=0, le=1, description=(
         "In an injected-error example, the chance that each further step is wrong too (one step always is): "
         "claims that are often wrong teach the verifier to recompute rather than copy the claimed result."))
@@ -187,6 +190,9 @@ class VerifierConfig(_Section):
     @model_validator(mode="after")
     def _check(self):
         ModelConfig.check_device(self.device)
+        if self.warmup_corrupt_frac + self.warmup_clean_frac > 1:
+            raise ValueError(f"verifier.warmup_corrupt_frac + warmup_clean_frac must be at most 1, got "
+                             f"{self.warmup_corrupt_frac} + {self.warmup_clean_frac}")
         return self
 
 

@@ -25,7 +25,8 @@ Problems are drawn by combining n numbers (uniform in 1..max_number) in a random
 operations, keeping every intermediate result within 0..max_value and the target within
 min_target..max_value (a target reached only through a larger result is not drawn, though any correct
 solution is accepted). Splits `train` and `test` share one distribution and are disjoint by a stable hash of
-the question; `ood` gives one number more.
+the question; `ood` draws numbers up to 1.5 x max_number (two-digit numbers the model has not been
+given), as `arith`'s ood split does: one number more than trained on scores 0 and tells nothing.
 """
 from __future__ import annotations
 
@@ -209,12 +210,13 @@ def step_rationales(question: str, steps: list[str]) -> list[str]:
 
 
 def final_rationale(question: str, steps: list[str]) -> str:
-    """What a verifier writes before its final verdict: the values left after the last step (a correct
-    solution leaves the target alone); "?" for a question that does not parse. Never raises."""
+    """What a verifier writes before its final verdict: the values left after the last step, then the
+    target copied from the question, so that the verdict compares what is side by side (a correct
+    solution leaves the target alone: "22 22"); "?" for a question that does not parse. Never raises."""
     parsed = parse_question(question)
     if parsed is None:
         return "?"
-    return _values(check_steps(parsed[0], list(steps))[1])
+    return f"{_values(check_steps(parsed[0], list(steps))[1])} {parsed[1]}"
 
 
 def format_solution(steps: list[str] | tuple[str, ...], answer: int | str) -> str:
@@ -268,19 +270,22 @@ class CountdownTask:
         max_value: largest intermediate result and target of a drawn problem.
         min_target: smallest target of a drawn problem (small targets are reached by many easy ways).
         ops: the operations to draw from and to solve with, a non-empty subset of "+-*".
-        ood_n_numbers: the ood split's range (default: one more than n_numbers' largest).
+        ood_n_numbers: the ood split's range of how many numbers (default: n_numbers).
+        ood_max_number: the ood split's largest given number (default: 1.5 x max_number, rounded up).
     """
 
     name = "countdown"
     splits = ("train", "test", "ood")
 
     def __init__(self, n_numbers: tuple[int, int] = (3, 4), max_number: int = 9, max_value: int = 99,
-                 min_target: int = 10, ops: str = "+-*", ood_n_numbers: tuple[int, int] | None = None):
+                 min_target: int = 10, ops: str = "+-*", ood_n_numbers: tuple[int, int] | None = None,
+                 ood_max_number: int | None = None):
         self.n_numbers = _check_range("n_numbers", n_numbers, low=2, high=5)
-        hi = self.n_numbers[1] + 1
-        self.ood_n_numbers = _check_range("ood_n_numbers", (hi, hi) if ood_n_numbers is None else ood_n_numbers,
+        self.ood_n_numbers = _check_range("ood_n_numbers", self.n_numbers if ood_n_numbers is None else ood_n_numbers,
                                           low=2, high=6)
         self.max_number = _check_int("max_number", max_number, 1, 9999)
+        self.ood_max_number = _check_int("ood_max_number", -(-3 * self.max_number // 2) if ood_max_number is None
+                                         else ood_max_number, 1, 9999)
         self.max_value = _check_int("max_value", max_value, 1, 999999)
         self.min_target = _check_int("min_target", min_target, 1, self.max_value)
         if not isinstance(ops, str) or not ops or set(ops) - set("+-*") or len(set(ops)) != len(ops):
@@ -304,7 +309,8 @@ class CountdownTask:
             if attempts > max_attempts:
                 raise UserError(f"countdown: found only {len(problems)} distinct {split} questions in {max_attempts} "
                                 f"draws, fewer than n={n}; widen n_numbers, max_number or max_value")
-            drawn = self._draw(rng, n_lo + int(rng.random() * (n_hi - n_lo + 1)))
+            drawn = self._draw(rng, n_lo + int(rng.random() * (n_hi - n_lo + 1)),
+                               self.ood_max_number if split == "ood" else self.max_number)
             if drawn is None:
                 continue
             numbers, steps, target = drawn
@@ -318,10 +324,10 @@ class CountdownTask:
                                     solution=format_solution(steps, target), meta={"n_ops": len(steps)}))
         return problems
 
-    def _draw(self, rng: random.Random, n: int) -> tuple[list[int], tuple[str, ...], int] | None:
+    def _draw(self, rng: random.Random, n: int, max_number: int) -> tuple[list[int], tuple[str, ...], int] | None:
         # Numbers, then pairs of available values combined in a random order; None when a result
         # leaves 0..max_value (the target: 1..max_value) whatever the operation.
-        numbers = [1 + int(rng.random() * self.max_number) for _ in range(n)]
+        numbers = [1 + int(rng.random() * max_number) for _ in range(n)]
         pool, steps = list(numbers), []
         while len(pool) > 1:
             a = pool.pop(int(rng.random() * len(pool)))

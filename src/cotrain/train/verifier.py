@@ -214,12 +214,14 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
     """(problem, solution) pairs for the verifier's SFT warm-up.
 
     `verifier.warmup_samples` in all: a `warmup_corrupt_frac` share of reference solutions with a wrong
-    result injected at a uniformly drawn step (tasks with `corrupt`), and the rest the generator's own
-    samples (temperature 1) of training problems.
+    result injected at a uniformly drawn step (tasks with `corrupt`), a `warmup_clean_frac` share of
+    reference solutions as they are, and the rest the generator's own samples (temperature 1) of
+    training problems.
     """
     v = cfg.verifier
     rng = random.Random(derive_seed(cfg.seed, "warmup"))
     n_corrupt = int(v.warmup_samples * v.warmup_corrupt_frac) if hasattr(task, "corrupt") else 0
+    n_clean = int(v.warmup_samples * v.warmup_clean_frac) if hasattr(task, "corrupt") else 0
     problems = [pool[i] for i in (rng.randrange(len(pool)) for _ in range(v.warmup_samples))]
     pairs = []
     for p in problems[:n_corrupt]:
@@ -227,7 +229,8 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
             first = rng.randrange(len(p.steps))
             wrong = [first] + [i for i in range(len(p.steps)) if i != first and rng.random() < v.warmup_error_rate]
             pairs.append((p, task.corrupt(p, wrong, rng)[1]))
-    sampled = problems[n_corrupt:]
+    pairs += [(p, p.solution) for p in problems[n_corrupt:n_corrupt + n_clean] if p.solution]
+    sampled = problems[n_corrupt + n_clean:]
     model.eval()
     for i in range(0, len(sampled), cfg.eval.batch_size):
         chunk = sampled[i:i + cfg.eval.batch_size]
