@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-portable test-heavy bench clean
+.PHONY: install sandbox-tools demo test test-portable test-heavy bench clean
 
 # torch==2.13.0 is installed first, on its own: asked for by another package, pip could pull a newer
 # multi-GB CUDA build onto a CPU machine. On a GPU machine the same line installs the CUDA build.
@@ -14,20 +14,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,tensorboard]"
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) sandbox-tools
+
+# bubblewrap isolates the untrusted code of the code tasks (src/cotrain/sandbox.py); as root it is
+# installed with apt, otherwise the line says what to run. Without it tests/test_sandbox.py fails.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } || \
+		echo "cotrain: bubblewrap is missing; install it (sudo apt-get install bubblewrap) to sandbox untrusted code"
 
 demo: install
 	$(BIN)/cotrain demo $(ARGS)
 
 # Two workers on the two cores (pytest-xdist), each computing on one thread (tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The suite with torch's CPU kernels forced down, first to AVX2 (ATen, MKL, oneDNN), then to plain C++:
 # results must not depend on the CPU a run lands on (the test world computes in float64).
 test-portable: install
-	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -n 2
-	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(BIN)/python -m pytest -q -n 2
+	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # Tests of several minutes each (the warm-up verifier's competence), left out of `make test`.
 test-heavy: install

@@ -176,3 +176,46 @@ def test_fuzz_every_solution_found_is_graded_correct(numbers, target):
     steps = solve(question)
     if steps is not None:
         assert error_kind(question, "\n".join([*steps, f"#{target}"])) is None
+
+
+# ----------------------------------------------------------------------------- in the recipes
+
+
+def test_warmup_mix_of_injected_clean_and_sampled_examples():
+    """warmup_samples 40: 10 references with an injected error, 10 clean references, 20 samples."""
+    from cotrain.config import build_config
+    from cotrain.models.build import build_model
+    from cotrain.train.compute import Compute
+    from cotrain.train.verifier import warmup_examples
+    from tests.conftest import nano_config
+
+    cfg = build_config(nano_config("tango", task={"name": "countdown"}, verifier={
+        "warmup_samples": 40, "warmup_corrupt_frac": 0.25, "warmup_clean_frac": 0.25}))
+    task = CountdownTask()
+    pool = task.problems("train", 100, seed=0)
+    model, tokenizer = build_model(cfg.model, seed=0)
+    pairs = warmup_examples(cfg, task, pool, model, tokenizer, Compute({"gen": 1, "ver": 1}))
+    assert len(pairs) == 40
+    assert all(error_kind(p.question, s) is not None for p, s in pairs[:10])       # injected
+    assert all(s == p.solution for p, s in pairs[10:20])                            # clean
+    assert all(s != p.solution for p, s in pairs[20:])                              # an untrained model's samples
+    with pytest.raises(ValueError, match="at most 1"):
+        build_config(nano_config("tango", verifier={"warmup_corrupt_frac": 0.6, "warmup_clean_frac": 0.5}))
+
+
+def test_tango_runs_on_countdown_and_reports_what_its_verifier_catches(sft_run, tmp_path):
+    """The arith-trained nano start on Countdown: the run completes, and eval.json holds the verifier's
+    caught/<kind> next to the gap metrics."""
+    from cotrain.config import build_config
+    from tests.conftest import run_recipe
+    from tests.test_tango import tango_config
+
+    start, _ = sft_run
+    raw = tango_config(start, task={"name": "countdown", "n_numbers": [3, 3]}, train={"steps": 2},
+                       verifier={"warmup_clean_frac": 0.25, "warmup_corrupt_frac": 0.25, "max_new_tokens": 48})
+    results = run_recipe(build_config(raw), tmp_path)
+    held = results["verifier"]["test"]
+    kinds = {k[2:] for k in held if k.startswith("n/")}
+    assert "gap/verifier" in held and kinds and kinds <= {"correct", "step", "operand", "target", "format"}, held
+    assert sum(held[f"n/{k}"] for k in kinds) == 10 * 4  # eval.n_sampled problems x eval.k samples, one kind each
+    assert all(0 <= held[f"caught/{k}"] <= 1 for k in kinds)

@@ -1,0 +1,199 @@
+"""The hostile suite: programs that try to escape, exhaust, fool or outlive the sandbox
+(cotrain.sandbox). Each must end with the right verdict, reach nothing outside, leave the parent alive
+and the machine clean. These tests fail, never skip, where bubblewrap is missing: `make install`
+installs it."""
+import glob
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cotrain import sandbox
+
+pytestmark = pytest.mark.xdist_group("sandbox")  # one worker: the clean-machine check sees every sandbox user
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FAST = sandbox.Limits(wall_s=2.0, cpu_s=1)
+ADD_ONE = "def f(x):\n    return x + 1\n"
+
+
+def run(code: str, inputs=((1,),), limits=FAST) -> sandbox.Run:
+    return sandbox.run_program(code, "f", [list(i) for i in inputs], limits)
+
+
+def values(result: sandbox.Run) -> list:
+    return [o.get("value") if o else None for o in result.outputs]
+
+
+def sandbox_processes() -> list[str]:
+    """Live processes of a sandbox user (root) or with a sandbox command line. Zombies are left out:
+    dead already, they wait for the machine's init to reap them (bubblewrap's own intermediate
+    processes end so; on this machine's init, within about 2 s)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text():
+                continue
+        except OSError:
+            continue
+        if sandbox.SANDBOX_UID <= uid < sandbox.SANDBOX_UID + 64 or "/job/harness.py" in cmd:
+            found.append(f"{pid} {uid} {cmd[:80]}")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def machine_left_clean():
+    before = set(glob.glob("/tmp/cotrain-sandbox-*"))
+    yield
+    deadline = time.monotonic() + 5
+    while sandbox_processes() and time.monotonic() < deadline:  # killed processes take a moment to go
+        time.sleep(0.05)
+    assert sandbox_processes() == [], "a sandboxed process outlived its run"
+    assert set(glob.glob("/tmp/cotrain-sandbox-*")) <= before, "a run left its directory behind"
+
+
+def test_bubblewrap_is_in_use():
+    assert sandbox.isolation() == "bubblewrap", "install bubblewrap (`make install` does: apt-get install bubblewrap)"
+
+
+def test_a_correct_program_passes_far_inside_its_limits():
+    result = run(ADD_ONE, [(1,), (2,), (-5,)])
+    assert result.status == "ok" and sandbox.passed(result, [2, 3, -4]) == [True, True, True]
+    assert sandbox.passed(result, [2, 3, 0]) == [True, True, False]
+    assert result.wall_s < FAST.wall_s / 4  # verdicts do not hang on the machine's speed
+    assert sandbox.passed(run("def f(x):\n    return [x, (x, 'a')]\n"), [[1, [1, "a"]]]) == [True]
+    assert sandbox.passed(run("def f(x):\n    return 2.0\n"), [2]) == [False]  # types compared too
+
+
+def test_errors_in_the_program_are_verdicts():
+    assert run("def f(x) return").status == "load_error"
+    assert run("def g(x):\n    return x\n").status == "load_error"  # no function f
+    result = run("def f(x):\n    return 1 // x\n", [(1,), (0,), (2,)])
+    assert result.status == "ok" and result.outputs[1] == {"ok": False, "error": "ZeroDivisionError"}
+    assert sandbox.passed(result, [1, 0, 0]) == [True, False, True]
+
+
+# ----------------------------------------------------------------------------- exhaustion
+
+
+def test_infinite_loop():
+    result = run("def f(x):\n    while True:\n        pass\n")
+    assert result.status == "timeout" and sandbox.passed(result, [2]) == [False]
+
+
+def test_sleep_past_the_wall_clock():
+    result = run("import time\ndef f(x):\n    time.sleep(60)\n    return x + 1\n")
+    assert result.status == "timeout" and result.wall_s < FAST.wall_s + 2
+
+
+def test_fork_bomb():
+    code = ("import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n"
+            "        except OSError:\n            pass\n")
+    result = run(code)
+    assert result.status in ("timeout", "crash") and sandbox.passed(result, [2]) == [False]
+
+
+def test_memory_bomb():
+    result = run("def f(x):\n    a = []\n    while True:\n        a.append(bytearray(10 ** 7))\n")
+    assert result.status == "memory" and sandbox.passed(result, [2]) == [False]
+
+
+def test_recursion_bomb():
+    result = run("import sys\nsys.setrecursionlimit(10 ** 7)\ndef f(x):\n    return f(x) + 1\n")
+    assert result.status in ("crash", "memory", "timeout", "ok") and sandbox.passed(result, [2]) == [False]
+
+
+def test_disk_fill_stays_in_its_small_private_tmp():
+    code = ("import os\ndef f(x):\n    n = 0\n    try:\n        while True:\n"
+            "            with open(f'/tmp/fill{n}', 'wb') as h:\n                h.write(b'0' * (1 << 20))\n"
+            "            n += 1\n    except OSError:\n        return n\n")
+    result = run(code)
+    written_mb = values(result)[0]
+    assert written_mb is not None and written_mb <= FAST.tmp_mb, result
+    assert not glob.glob("/tmp/fill*")
+
+
+def test_output_flood():
+    result = run("def f(x):\n    while True:\n        print('x' * 10000)\n")
+    assert result.status == "output_limit" and sandbox.passed(result, [2]) == [False]
+
+
+# ----------------------------------------------------------------------------- escape
+
+
+def test_no_network():
+    code = ("import socket\ndef f(x):\n    for host in ('1.1.1.1', '127.0.0.1'):\n        try:\n"
+            "            socket.create_connection((host, 80), timeout=1)\n            return 'connected'\n"
+            "        except OSError:\n            pass\n    return 'isolated'\n")
+    assert values(run(code)) == ["isolated"]
+
+
+def test_files_outside_cannot_be_read():
+    targets = [str(REPO / "README.md"), str(REPO / "src" / "cotrain" / "sandbox.py"), os.path.expanduser("~/.bashrc"),
+               str(SHARED / "DESIGN.md"), "/etc/passwd", f"/proc/{os.getpid()}/environ"]
+    assert any(Path(t).exists() for t in targets)
+    code = ("def f(path):\n    try:\n        return open(path).read()[:20]\n    except OSError:\n        return None\n")
+    assert values(run(code, [(t,) for t in targets])) == [None] * len(targets)
+
+
+def test_files_outside_cannot_be_written_or_deleted(tmp_path):
+    marker = f"escaped-{uuid.uuid4().hex}"
+    writes = [str(REPO / marker), os.path.expanduser(f"~/{marker}"), f"/tmp/{marker}", str(tmp_path / marker)]
+    code = ("import os, shutil\ndef f(path):\n    for act in (lambda: open(path, 'w').write('x'), lambda: os.remove(path),\n"
+            "                lambda: shutil.rmtree(path)):\n        try:\n            act()\n        except Exception:\n"
+            "            pass\n    return 0\n")
+    keep = REPO / "README.md"
+    run(code, [(w,) for w in writes] + [(str(keep),), (str(SHARED),), (str(REPO / "src"),)])
+    assert not any(Path(w).exists() for w in writes)
+    assert keep.is_file() and (REPO / "src" / "cotrain" / "sandbox.py").is_file()
+
+
+def test_the_parent_cannot_be_signalled():
+    code = ("import os, signal\ndef f(pid):\n    for target in (pid, os.getppid(), -1, 1):\n        try:\n"
+            "            os.kill(target, signal.SIGKILL)\n        except OSError:\n            pass\n    return 0\n")
+    run(code, [(os.getpid(),)])
+    assert os.getpid() > 0  # still here: the test process was the target
+
+
+def test_a_detached_child_does_not_outlive_the_run():
+    code = ("import os, time\ndef f(x):\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
+            "            time.sleep(30)\n        os._exit(0)\n    return x + 1\n")
+    result = run(code)
+    assert sandbox.passed(result, [2]) == [True]
+    # machine_left_clean checks that no process of it remains
+
+
+# ----------------------------------------------------------------------------- faking a pass
+
+
+@pytest.mark.parametrize("code", [
+    "print('PASSED')\nprint('{\"ok\": true, \"value\": 2}')\ndef f(x):\n    return 0\n",    # prints a pass
+    "import sys\nsys.exit(0)\ndef f(x):\n    return x + 1\n",                               # exits before defining f
+    "import sys\ndef f(x):\n    sys.exit(0)\n",                                                 # exits in the call
+    "import os\ndef f(x):\n    os._exit(0)\n",                                                 # exits without cleanup
+    "import builtins\nbuiltins.AssertionError = Exception\nassert False\ndef f(x):\n    return 0\n",  # patches assert
+    "import json\njson.dumps = lambda *a, **k: '{\"ok\": true, \"value\": 2}'\ndef f(x):\n    return 0\n",  # patches the harness
+    "import os\nos.write(1, b'{\"ok\": true}\\n' * 5)\ndef f(x):\n    return 0\n",                  # forges result rows
+    "import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{\"ok\": true, \"value\": \"2\"}\\n')\n"
+    "    except OSError:\n        pass\ndef f(x):\n    return 0\n",                                  # writes to every fd
+    "import os, signal\ndef f(x):\n    os.kill(os.getpid(), signal.SIGKILL)\n",                # kills the harness
+])
+def test_a_wrong_program_cannot_fake_a_pass(code):
+    result = run(code, [(1,), (5,)])
+    assert sandbox.passed(result, [2, 6]) == [False, False], result
+
+
+def test_many_programs_in_parallel_one_bad_one_does_not_stall_the_rest():
+    jobs = [(ADD_ONE, "f", [[i]]) for i in range(20)]
+    jobs[3] = ("def f(x):\n    while True:\n        pass\n", "f", [[3]])
+    t0 = time.monotonic()
+    results = sandbox.run_many(jobs, limits=sandbox.Limits(wall_s=3.0, cpu_s=2), workers=2)
+    assert [sandbox.passed(r, [i + 1])[0] for i, r in enumerate(results)] == [i != 3 for i in range(20)]
+    assert results[3].status == "timeout" and time.monotonic() - t0 < 15
