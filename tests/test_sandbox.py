@@ -197,3 +197,49 @@ def test_many_programs_in_parallel_one_bad_one_does_not_stall_the_rest():
     results = sandbox.run_many(jobs, limits=sandbox.Limits(wall_s=3.0, cpu_s=2), workers=2)
     assert [sandbox.passed(r, [i + 1])[0] for i, r in enumerate(results)] == [i != 3 for i in range(20)]
     assert results[3].status == "timeout" and time.monotonic() - t0 < 15
+
+
+# ----------------------------------------------------------------------------- assertion tests (HumanEval's form)
+
+TEST = "def check(candidate):\n    assert candidate(2) == 3\n    assert [candidate(x) for x in range(3)] == [1, 2, 3]\n"
+
+
+def test_assertion_tests_are_replayed_outside_the_sandbox():
+    assert sandbox.run_tests(ADD_ONE, "f", TEST, limits=FAST).status == "ok"
+    assert sandbox.run_tests("def f(x):\n    return x + 2\n", "f", TEST, limits=FAST).status == "failed"
+    # right on the first call only: the second assertion fails in the replay
+    half = "def f(x):\n    return 3 if x == 2 else 0\n"
+    assert sandbox.run_tests(half, "f", TEST, limits=FAST).status == "failed"
+    raises = "def f(x):\n    raise ValueError\n"
+    expects = "def check(candidate):\n    try:\n        candidate(1)\n    except ValueError:\n        return\n    assert False\n"
+    assert sandbox.run_tests(raises, "f", expects, limits=FAST).status == "ok"
+    assert sandbox.run_tests(ADD_ONE, "f", expects, limits=FAST).status == "failed"
+    loops = "def f(x):\n    while True:\n        pass\n"
+    assert sandbox.run_tests(loops, "f", TEST, limits=FAST).status == "timeout"
+
+
+@pytest.mark.parametrize("code", [
+    "import builtins\nbuiltins.AssertionError = type('Nope', (Exception,), {})\ndef f(x):\n    return 0\n",
+    "def f(x):\n    import sys\n    sys.modules['__main__'].__dict__['check'] = lambda c: None\n    return 0\n",
+    "import os\nos.write(1, b'{\"key\": \"((2,), {})\", \"value\": \"3\"}\\n')\ndef f(x):\n    return 0\n",
+    "class Liar(int):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Liar(0)\n",
+    "import os\ndef f(x):\n    os._exit(0)\n",
+])
+def test_a_wrong_program_cannot_fake_an_assertion_test(code):
+    assert sandbox.run_tests(code, "f", TEST, limits=FAST).status != "ok"
+
+
+def test_humaneval_references_pass_and_a_mutant_fails():
+    import gzip
+    import json
+
+    data = SHARED / "data" / "humaneval.jsonl.gz"
+    rows = {r["task_id"]: r for r in map(json.loads, gzip.open(data, "rt"))}
+    for task in ("HumanEval/0", "HumanEval/32", "HumanEval/33", "HumanEval/38", "HumanEval/53"):
+        row = rows[task]  # 32, 38: random inputs and helpers from the prompt; 33: the test calls the entry by name
+        run = sandbox.run_tests(row["prompt"] + row["canonical_solution"], row["entry_point"], row["test"],
+                                context=row["prompt"])
+        assert run.status == "ok", (task, run)
+    row = rows["HumanEval/53"]  # add(x, y): x + y
+    wrong = row["prompt"] + row["canonical_solution"].replace("x + y", "x - y")
+    assert sandbox.run_tests(wrong, row["entry_point"], row["test"], context=row["prompt"]).status == "failed"

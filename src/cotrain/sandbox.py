@@ -21,8 +21,11 @@ microseconds; the defaults allow seconds), so verdicts do not depend on the mach
 """
 from __future__ import annotations
 
+import ast
+import builtins
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -39,7 +42,7 @@ SANDBOX_UID = 61000
 that slot's processes alone."""
 
 _HARNESS = r'''
-import json, os, sys
+import json, os, random, sys
 def main():
     job = json.load(open(sys.argv[1]))
     results = os.fdopen(os.dup(1), "w")   # the results channel: the program's own prints go to stderr
@@ -55,6 +58,25 @@ def main():
         say({"load_error": type(e).__name__ + ": " + str(e)[:200]})
         return
     say({"loaded": True})
+    if job.get("test") is not None:       # record every call the test makes; the parent replays them
+        def candidate(*args, **kwargs):
+            key = repr((args, kwargs))
+            try:
+                value = function(*args, **kwargs)
+            except BaseException as e:
+                say({"key": key, "raise": type(e).__name__})
+                raise
+            say({"key": key, "value": repr(value)})
+            return value
+        scope = dict(namespace)             # the test's own calls by name are recorded too,
+        scope[job["entry"]] = candidate     # the program's calls of itself are not
+        try:
+            exec(compile(job["test"], "<test>", "exec"), scope)
+            random.seed(0)
+            scope[job.get("check", "check")](candidate)
+        except BaseException as e:
+            say({"test_error": type(e).__name__})
+        return
     for args in job["inputs"]:
         try:
             value = function(*args)
@@ -146,15 +168,17 @@ def _python() -> str:
     return os.path.realpath(sys.executable)
 
 
-def run_program(code: str, entry: str, inputs: list[list], limits: Limits = Limits(), slot: int = 0) -> Run:
-    """Run `code`, then call its function `entry` on each input (a list of positional arguments).
-    Never raises on anything the program does."""
+def run_program(code: str, entry: str, inputs: list[list], limits: Limits = Limits(), slot: int = 0,
+                test: str | None = None) -> Run:
+    """Run `code`, then call its function `entry` on each input (a list of positional arguments); with
+    `test` (source defining `check(candidate)`), run that instead and record every call it makes of the
+    function (`run_tests` replays them). Never raises on anything the program does."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cotrain-sandbox-") as tmp:
         job_dir = os.path.join(tmp, "job")
         os.mkdir(job_dir)
         with open(os.path.join(job_dir, "job.json"), "w") as f:
-            json.dump({"code": code, "entry": entry, "inputs": inputs}, f)
+            json.dump({"code": code, "entry": entry, "inputs": inputs, "test": test}, f)
         with open(os.path.join(job_dir, "harness.py"), "w") as f:
             f.write(_HARNESS)
         os.chmod(tmp, 0o755)
@@ -192,6 +216,8 @@ def run_program(code: str, entry: str, inputs: list[list], limits: Limits = Limi
         flooded = max(os.path.getsize(out_path), os.path.getsize(err_path)) >= limits.file_mb << 20
         stdout = _read_head(out_path, limits.file_mb << 20)
         stderr = _read_tail(err_path, 2000)
+    if test is not None:
+        return _recorded(proc.returncode, timed_out, flooded, stdout, stderr, time.monotonic() - t0)
     return _verdict(proc.returncode, timed_out, flooded, stdout, stderr, len(inputs), time.monotonic() - t0)
 
 
@@ -228,6 +254,57 @@ def passed(run: Run, expected: list) -> list[bool]:
         out.append(bool(got and got.get("ok") and "value" in got and got["value"] == want
                         and type(got["value"]) is type(want)))
     return out
+
+
+def run_tests(code: str, entry: str, test: str, context: str = "", limits: Limits = Limits(), slot: int = 0) -> Run:
+    """Whether `code` passes a test suite written as assertions, `check(candidate)` (HumanEval's form),
+    with the verdict decided outside the sandbox. Never raises on anything the program does.
+
+    The sandbox runs the test against the program and records each call of `entry` the test makes:
+    its arguments, and the value returned (as `repr`) or the exception raised. The parent then runs the
+    same test (trusted code: `context`, e.g. the task's prompt with its helper functions, then `test`)
+    against a stand-in that answers each call from the record, read with `ast.literal_eval`. The
+    program's only way to pass is thus to have returned the right values; a call the record lacks fails.
+    The test's calls of `entry` by name count as calls of the candidate (in both runs). Both runs seed
+    `random` with 0 before `check`.
+
+    Returns:
+        The Run; `status` "ok" when the replayed test passed, "failed" when it did not, or the
+        sandbox's status when the program did not run to the end ("timeout", "memory", ...).
+        `detail` says why.
+    """
+    run = run_program(code, entry, [], limits, slot, test=test)
+    if run.status != "recorded":
+        return run
+    calls: dict[str, list[dict]] = {}
+    for row in run.outputs:
+        calls.setdefault(row["key"], []).append(row)
+    namespace: dict = {"__name__": "__cotrain_replay__"}
+
+    def candidate(*args, **kwargs):
+        queue = calls.get(repr((args, kwargs)))
+        if not queue:
+            raise _Unrecorded(repr((args, kwargs))[:200])
+        row = queue.pop(0)
+        if "raise" in row:
+            error = getattr(builtins, row["raise"], None)
+            raise error() if isinstance(error, type) and issubclass(error, Exception) else _Unrecorded(row["raise"])
+        return ast.literal_eval(row["value"])
+
+    try:
+        exec(compile(context + "\n" + test, "<test>", "exec"), namespace)  # trusted: the task's own text
+        namespace[entry] = candidate
+        random.seed(0)
+        namespace.get("check", lambda c: None)(candidate)
+    except _Unrecorded as e:
+        return Run("failed", [], f"a call the program did not answer: {e}", run.wall_s)
+    except (AssertionError, Exception) as e:
+        return Run("failed", [], f"{type(e).__name__}: {str(e)[:200]}", run.wall_s)
+    return Run("ok", [], "passed", run.wall_s)
+
+
+class _Unrecorded(Exception):
+    """The replayed test made a call the program's record does not answer."""
 
 
 # ----------------------------------------------------------------------------- internals
@@ -276,9 +353,21 @@ def _read_tail(path: str, limit: int) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def _verdict(returncode: int, timed_out: bool, flooded: bool, stdout: str, stderr: str, n: int, wall: float) -> Run:
-    # Python ignores SIGXFSZ: a write past the file-size limit raises instead, so a full output file
-    # (`flooded`) is what tells an output flood.
+def _recorded(returncode: int, timed_out: bool, flooded: bool, stdout: str, stderr: str, wall: float) -> Run:
+    # The record of a test run: "recorded" (the test ran to its end in the sandbox, passing or not)
+    # with the call rows, or the status that stopped it.
+    rows = _rows(stdout)
+    if rows and "load_error" in rows[0]:
+        return Run("load_error", [], str(rows[0]["load_error"]), wall)
+    base = _verdict(returncode, timed_out, flooded, "", stderr, 0, wall)
+    if base.status in ("timeout", "output_limit", "memory"):
+        return base
+    calls = [r for r in rows if isinstance(r.get("key"), str) and ("value" in r and isinstance(r["value"], str) or
+                                                                   "raise" in r and isinstance(r["raise"], str))]
+    return Run("recorded", calls, base.detail, wall)
+
+
+def _rows(stdout: str) -> list[dict]:
     rows = []
     for line in stdout.split("\n"):
         try:
@@ -287,6 +376,13 @@ def _verdict(returncode: int, timed_out: bool, flooded: bool, stdout: str, stder
             continue
         if isinstance(row, dict):
             rows.append(row)
+    return rows
+
+
+def _verdict(returncode: int, timed_out: bool, flooded: bool, stdout: str, stderr: str, n: int, wall: float) -> Run:
+    # Python ignores SIGXFSZ: a write past the file-size limit raises instead, so a full output file
+    # (`flooded`) is what tells an output flood.
+    rows = _rows(stdout)
     loaded = bool(rows) and rows[0].get("loaded") is True
     if rows and "load_error" in rows[0]:
         return Run("load_error", [None] * n, str(rows[0]["load_error"]), wall)
