@@ -15,6 +15,7 @@ from cotrain.roles import proposer
 from cotrain.tasks import TASKS, make_task
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import HIDDEN, PUBLIC_META, LabelLeak, Problem, blind
+from cotrain.tasks.code import HumanEvalTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
 from tests.conftest import nano_config, run_recipe
@@ -68,7 +69,19 @@ WALL_TASKS = {
         {"question": "Tom has 3 apples and buys 4. How many?", "answer": "7", "equation": "3+4=7",
          "rationale": "he has 7"}])),
     "rg:leg_counting": lambda d: make_task("rg:leg_counting"),
+    "humaneval": lambda d: HumanEvalTask(data_dir=_write_gz(d / "humaneval.jsonl.gz", [
+        {"task_id": "HumanEval/0", "prompt": "def add(x, y):\n    \"\"\"x plus y\"\"\"\n",
+         "canonical_solution": "    return x + y\n", "entry_point": "add",
+         "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}]).parent),
 }
+
+
+def _write_gz(path: Path, rows: list[dict]) -> Path:
+    import gzip
+
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return path
 
 
 def test_the_wall_test_covers_every_registered_task():
@@ -78,7 +91,7 @@ def test_the_wall_test_covers_every_registered_task():
 @pytest.mark.parametrize("name", list(WALL_TASKS))
 def test_blind_strips_every_answer_bearing_field_and_grading_it_raises(name, tmp_path):
     task = WALL_TASKS[name](tmp_path)
-    split = "test" if name == "math500" else "train"
+    split = "test" if name in ("math500", "humaneval") else "train"
     problem = task.problems(split, 1, seed=0)[0]
     right = problem.solution or f"#### {problem.answer}"
     assert task.grade(right, problem) == 1.0  # the graders work on labelled problems

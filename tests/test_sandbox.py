@@ -243,3 +243,25 @@ def test_humaneval_references_pass_and_a_mutant_fails():
     row = rows["HumanEval/53"]  # add(x, y): x + y
     wrong = row["prompt"] + row["canonical_solution"].replace("x + y", "x - y")
     assert sandbox.run_tests(wrong, row["entry_point"], row["test"], context=row["prompt"]).status == "failed"
+
+
+# ----------------------------------------------------------------------------- the humaneval task
+
+
+def test_humaneval_task_reads_programs_as_models_write_them():
+    from cotrain.tasks import make_task
+    from cotrain.tasks.code import extract_program
+
+    task = make_task("humaneval")
+    problems = task.problems("test")
+    assert len(problems) == 164 and len({p.meta["task_id"] for p in problems}) == 164
+    add = next(p for p in problems if p.meta["task_id"] == "HumanEval/53")
+    assert task.grade(add.solution, add) == 1.0                                    # a body continuing the prompt
+    fenced = "Here it is:\n```python\ndef add(x: int, y: int):\n    return y + x\n```\nDone."
+    assert task.grade(fenced, add) == 1.0                                          # a chat model's whole function
+    assert task.grade("```python\ndef add(x, y):\n    return x * y\n```", add) == 0.0
+    assert task.grade("    return x - y\n", add) == 0.0
+    assert task.grade("", add) == 0.0 and task.grade("```", add) == 0.0
+    assert task.extract_answer(fenced) == "def add(x: int, y: int):\n    return y + x"
+    assert extract_program("P\n", "```\nx = 1\n```", "f") == "P\nx = 1\n"
+    assert extract_program("P\n", None, "f") == "P\n"

@@ -72,9 +72,10 @@ class HiddenAnswer:
 HIDDEN = HiddenAnswer()
 
 
-PUBLIC_META = ("n_ops", "subject", "level", "line", "index")
+PUBLIC_META = ("n_ops", "subject", "level", "line", "index", "entry_point")
 """The only metadata a blinded problem keeps: fields no task derives from its answer (a reasoning-gym
-entry holds the answer; a `jsonl` row's other fields may: an equation, a rationale)."""
+entry holds the answer; a `jsonl` row's other fields may: an equation, a rationale). A code problem
+keeps the name of its function, which its prompt states."""
 
 
 def blind(problems: list[Problem]) -> list[Problem]:

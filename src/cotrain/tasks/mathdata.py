@@ -10,6 +10,7 @@ Grading extracts the completion's final answer (per task, below) and compares it
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -188,7 +189,14 @@ def read_jsonl(path: Path, task: str, hint: str = "set task.data_dir or COTRAIN_
     if not path.is_file():
         raise UserError(f"{task}: data file not found: {path} ({hint})")
     rows = []
-    with path.open("rb") as f:
+    try:
+        return _read_rows(path, task, rows)
+    except (OSError, EOFError) as error:  # a broken .gz
+        raise UserError(f"{task}: {path}: cannot be read ({error})") from None
+
+
+def _read_rows(path: Path, task: str, rows: list[dict]) -> list[dict]:
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as f:
         for line_number, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a leading BOM is fine
