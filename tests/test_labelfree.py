@@ -16,6 +16,7 @@ from cotrain.tasks import TASKS, make_task
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import HIDDEN, PUBLIC_META, LabelLeak, Problem, blind
 from cotrain.tasks.code import HumanEvalTask
+from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
 from tests.conftest import nano_config, run_recipe
@@ -60,6 +61,7 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 WALL_TASKS = {
     "arith": lambda d: ArithTask(),
     "countdown": lambda d: CountdownTask(),
+    "codeworld": lambda d: CodeWorldTask(),
     "gsm8k": lambda d: Gsm8kTask(data_dir=_write_jsonl(d / "gsm8k_train.jsonl", [
         {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=7\n#### 7"}]).parent),
     "math500": lambda d: Math500Task(data_dir=_write_jsonl(d / "math500_test.jsonl", [

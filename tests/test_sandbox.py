@@ -265,3 +265,27 @@ def test_humaneval_task_reads_programs_as_models_write_them():
     assert task.extract_answer(fenced) == "def add(x: int, y: int):\n    return y + x"
     assert extract_program("P\n", "```\nx = 1\n```", "f") == "P\nx = 1\n"
     assert extract_program("P\n", None, "f") == "P\n"
+
+
+# ----------------------------------------------------------------------------- the tiny code world
+
+
+def test_codeworld_formats_references_and_splits():
+    import json
+
+    from cotrain.tasks.codeworld import CodeWorldTask, expression, program_of, run_reference
+
+    assert expression(["add 3", "keep even", "sum"]) == "sum([v for v in [v+3 for v in x] if v%2==0])"
+    assert run_reference(["add 3", "keep even", "sum"], [1, 2, 3]) == 4 + 6
+    assert run_reference(["keep >4", "reverse", "max"], [1, 2]) == 0  # max of nothing is 0
+    assert program_of("\n  return x[::-1]  \nignored") == "def f(x):\n    return x[::-1]\n"
+    task = CodeWorldTask()
+    train, test, ood = task.problems("train", 40), task.problems("test", 10), task.problems("ood", 10)
+    descriptions = {p.question.split("|")[0] for p in train}
+    assert not descriptions & {p.question.split("|")[0] for p in test}
+    assert all(p.question.startswith("|") and p.question.count("|") == 3 for p in ood)  # examples only
+    for p in train[:6] + ood[:2]:
+        assert len(json.loads(p.answer)) == 8 and task.grade(p.solution, p) == 1.0
+    assert task.grade("return x", train[0]) == 0.0 and task.grade("", train[0]) == 0.0
+    assert task.grade("return (", train[0]) == 0.0 and task.grade(None, train[0]) == 0.0
+    assert task.extract_answer(" return x \n") == "return x"

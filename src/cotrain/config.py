@@ -93,7 +93,8 @@ class TaskConfig(BaseModel):
     """Which task and its knobs; keys other than `name` are passed to the task's constructor."""
 
     model_config = ConfigDict(extra="allow")
-    name: str = Field("arith", description="arith | countdown | humaneval | gsm8k | math500 | jsonl | rg:<reasoning-gym name>")
+    name: str = Field("arith", description=(
+        "arith | countdown | codeworld | humaneval | gsm8k | math500 | jsonl | rg:<reasoning-gym name>"))
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
