@@ -291,6 +291,7 @@ def run_tests(code: str, entry: str, test: str, context: str = "", limits: Limit
             raise error() if isinstance(error, type) and issubclass(error, Exception) else _Unrecorded(row["raise"])
         return ast.literal_eval(row["value"])
 
+    state = random.getstate()  # the replay seeds the global generator: leave it as the caller had it
     try:
         exec(compile(context + "\n" + test, "<test>", "exec"), namespace)  # trusted: the task's own text
         namespace[entry] = candidate
@@ -300,6 +301,8 @@ def run_tests(code: str, entry: str, test: str, context: str = "", limits: Limit
         return Run("failed", [], f"a call the program did not answer: {e}", run.wall_s)
     except (AssertionError, Exception) as e:
         return Run("failed", [], f"{type(e).__name__}: {str(e)[:200]}", run.wall_s)
+    finally:
+        random.setstate(state)
     return Run("ok", [], "passed", run.wall_s)
 
 
