@@ -189,8 +189,9 @@ def test_warmup_mix_of_injected_clean_and_sampled_examples():
     from cotrain.train.verifier import warmup_examples
     from tests.conftest import nano_config
 
-    cfg = build_config(nano_config("tango", task={"name": "countdown"}, verifier={
-        "warmup_samples": 40, "warmup_corrupt_frac": 0.25, "warmup_clean_frac": 0.25}))
+    raw = nano_config("tango", verifier={"warmup_samples": 40, "warmup_corrupt_frac": 0.25, "warmup_clean_frac": 0.25})
+    raw["task"] = {"name": "countdown"}
+    cfg = build_config(raw)
     task = CountdownTask()
     pool = task.problems("train", 100, seed=0)
     model, tokenizer = build_model(cfg.model, seed=0)
@@ -199,7 +200,7 @@ def test_warmup_mix_of_injected_clean_and_sampled_examples():
     assert all(error_kind(p.question, s) is not None for p, s in pairs[:10])       # injected
     assert all(s == p.solution for p, s in pairs[10:20])                            # clean
     assert all(s != p.solution for p, s in pairs[20:])                              # an untrained model's samples
-    with pytest.raises(ValueError, match="at most 1"):
+    with pytest.raises(UserError, match="at most 1"):
         build_config(nano_config("tango", verifier={"warmup_corrupt_frac": 0.6, "warmup_clean_frac": 0.5}))
 
 
@@ -211,8 +212,9 @@ def test_tango_runs_on_countdown_and_reports_what_its_verifier_catches(sft_run, 
     from tests.test_tango import tango_config
 
     start, _ = sft_run
-    raw = tango_config(start, task={"name": "countdown", "n_numbers": [3, 3]}, train={"steps": 2},
+    raw = tango_config(start, train={"steps": 2},
                        verifier={"warmup_clean_frac": 0.25, "warmup_corrupt_frac": 0.25, "max_new_tokens": 48})
+    raw["task"] = {"name": "countdown", "n_numbers": [3, 3]}
     results = run_recipe(build_config(raw), tmp_path)
     held = results["verifier"]["test"]
     kinds = {k[2:] for k in held if k.startswith("n/")}
