@@ -28,13 +28,13 @@ demo: install
 
 # Two workers on the two cores (pytest-xdist), each computing on one thread (tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2
 
 # The suite with torch's CPU kernels forced down, first to AVX2 (ATen, MKL, oneDNN), then to plain C++:
 # results must not depend on the CPU a run lands on (the test world computes in float64).
 test-portable: install
-	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
-	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -n 2
+	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(BIN)/python -m pytest -q -n 2
 
 # Tests of several minutes each (the warm-up verifier's competence), left out of `make test`.
 test-heavy: install

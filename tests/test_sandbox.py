@@ -4,6 +4,8 @@ and the machine clean. These tests fail, never skip, where bubblewrap is missing
 installs it."""
 import glob
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -11,8 +13,6 @@ from pathlib import Path
 import pytest
 
 from cotrain import sandbox
-
-pytestmark = pytest.mark.xdist_group("sandbox")  # one worker: the clean-machine check sees every sandbox user
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -28,10 +28,15 @@ def values(result: sandbox.Run) -> list:
     return [o.get("value") if o else None for o in result.outputs]
 
 
-def sandbox_processes() -> list[str]:
-    """Live processes of a sandbox user (root) or with a sandbox command line. Zombies are left out:
-    dead already, they wait for the machine's init to reap them (bubblewrap's own intermediate
-    processes end so; on this machine's init, within about 2 s)."""
+# this module's sandbox users, one range per pytest-xdist worker, apart from those of other test files
+TEST_UID = 61500 + 100 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+
+
+def sandbox_processes(where: Path) -> list[str]:
+    """Processes of this module's sandbox users (root), or started on a job under `where`, that can
+    still run code. Left out: zombies, and processes whose memory is already released (an empty
+    command line): dead, they wait to be reaped. bubblewrap's own intermediate processes end so, and
+    this machine's init reaps them within seconds, more under load."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -39,24 +44,33 @@ def sandbox_processes() -> list[str]:
         try:
             uid = os.stat(f"/proc/{pid}").st_uid
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text():
-                continue
+            state = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        if sandbox.SANDBOX_UID <= uid < sandbox.SANDBOX_UID + 64 or "/job/harness.py" in cmd:
+        if "\nState:\tZ" in state or "\nState:\tX" in state or not cmd.strip():
+            continue
+        if TEST_UID <= uid < TEST_UID + 64 or str(where) in cmd:
             found.append(f"{pid} {uid} {cmd[:80]}")
     return found
 
 
 @pytest.fixture(autouse=True)
-def machine_left_clean():
-    before = set(glob.glob("/tmp/cotrain-sandbox-*"))
-    yield
-    deadline = time.monotonic() + 5
-    while sandbox_processes() and time.monotonic() < deadline:  # killed processes take a moment to go
-        time.sleep(0.05)
-    assert sandbox_processes() == [], "a sandboxed process outlived its run"
-    assert set(glob.glob("/tmp/cotrain-sandbox-*")) <= before, "a run left its directory behind"
+def machine_left_clean(monkeypatch):
+    """Each test's runs use their own users and their own temporary directory (one the sandbox users
+    may enter); after the test, none of their processes is alive and none of their directories is left."""
+    where = Path(tempfile.mkdtemp(prefix="cotrain-sandbox-test-"))
+    os.chmod(where, 0o755)
+    monkeypatch.setattr(sandbox, "SANDBOX_UID", TEST_UID)
+    monkeypatch.setattr(tempfile, "tempdir", str(where))
+    try:
+        yield
+        deadline = time.monotonic() + 20  # under load, a killed PID namespace takes seconds to go
+        while sandbox_processes(where) and time.monotonic() < deadline:  # killed processes take a moment to go
+            time.sleep(0.05)
+        assert sandbox_processes(where) == [], "a sandboxed process outlived its run"
+        assert not list(where.glob("cotrain-sandbox-*")), "a run left its directory behind"
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def test_bubblewrap_is_in_use():
@@ -164,7 +178,7 @@ def test_the_parent_cannot_be_signalled():
 
 def test_a_detached_child_does_not_outlive_the_run():
     code = ("import os, time\ndef f(x):\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
-            "            time.sleep(30)\n        os._exit(0)\n    return x + 1\n")
+            "            time.sleep(60)\n        os._exit(0)\n    return x + 1\n")
     result = run(code)
     assert sandbox.passed(result, [2]) == [True]
     # machine_left_clean checks that no process of it remains
