@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 
 from cotrain.errors import UserError
+from cotrain.tasks import arith
 from cotrain.tasks.arith import is_test_question
 from cotrain.tasks.base import Problem, labelled
 
@@ -44,7 +45,6 @@ _APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _NUMBER = r"-?[0-9]{1,7}"
 _STEP = re.compile(rf"({_NUMBER})([-+*])({_NUMBER})=({_NUMBER})")
 _QUESTION = re.compile(r"([0-9]{1,4}(?:,[0-9]{1,4}){1,7}):([0-9]{1,6})")
-_ANSWER = re.compile(_NUMBER)
 
 ERROR_KINDS = ("step", "operand", "target", "format")
 """How a wrong solution fails, by its first fault: a step states a wrong (or negative) result; a step
@@ -84,28 +84,11 @@ def parse_step(line: str) -> tuple[int, str, int, int] | None:
 
 def step_lines(completion: str) -> list[str]:
     """The non-empty lines (stripped) of a completion before its first line that starts with `#`."""
-    if not isinstance(completion, str):
-        return []
-    lines = []
-    for line in completion.split("\n"):
-        line = line.strip()
-        if line.startswith("#"):
-            break
-        if line:
-            lines.append(line)
-    return lines
+    return [line for line, _ in arith.parse_steps(completion)]
 
 
-def extract_answer(completion: str) -> str | None:
-    """The integer on the completion's last `#` line, canonical ("#022" gives "22"), or None. Never raises."""
-    if not isinstance(completion, str):
-        return None
-    for line in reversed(completion.split("\n")):
-        line = line.strip()
-        if line.startswith("#"):
-            match = _ANSWER.fullmatch(line[1:].strip())
-            return str(int(match.group())) if match else None
-    return None
+extract_answer = arith.extract_answer
+"""The integer on the completion's last `#` line, canonical ("#022" gives "22"), or None (as in arith)."""
 
 
 @dataclass(frozen=True)
