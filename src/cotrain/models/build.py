@@ -26,6 +26,7 @@ from transformers.utils import logging as hf_logging
 from cotrain.config import ModelConfig
 from cotrain.errors import UserError
 from cotrain.hub import is_local_path, require_hub
+from cotrain.models import gguf_source
 from cotrain.models.lora import AdapterOff, apply_lora, is_lora, load_adapter, save_lora
 
 # Size presets of the from-scratch Llama: (hidden, layers, heads, intermediate).
@@ -177,13 +178,15 @@ def _is_local_model_dir(path: Path) -> bool:
 
 
 def load_model(path: str | Path, dtype: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from a directory (ours or any HF one) or a hub id, with its
-    weights in `dtype` ("float32", "bfloat16", "float16"; default: the dtype they were saved in).
+    """Load a causal LM and its tokenizer from a directory (ours or any HF one), a GGUF source
+    (`gguf_source`: a `.gguf` file or a short name such as `smollm2`) or a hub id, with its weights
+    in `dtype` ("float32", "bfloat16", "float16"; default: the dtype they were saved in).
 
     Self-built tokenizers (the char tokenizer, a stand-in's BPE; marked in `cotrain_tokenizer.json`
     by `save_model`) are loaded with `PreTrainedTokenizerFast`: `AutoTokenizer` may swap them for the
     architecture's default class (on a qwen2 directory it rebuilds the pre-tokenizer and changes the ids).
     """
+    path = gguf_source.resolve(path)  # a GGUF file: its converted directory
     p = Path(path)
     looks_local = is_local_path(path)
     if looks_local and not _is_local_model_dir(p):

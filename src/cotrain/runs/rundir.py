@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from cotrain.errors import UserError
+from cotrain.models import gguf_source
 
 
 def prepare_run_dir(path: str | Path, resume: bool = False) -> Path:
@@ -202,8 +203,11 @@ def load_checkpoint_state(ckpt: Path, roles: dict) -> dict:
 def resolve_model_dir(path: str | Path, role: str = "generator") -> Path:
     """A run dir, a checkpoint step dir, or a model dir -> the model dir of `role`.
 
-    A run dir resolves to its final model (`final/<role>`) or else its last checkpoint.
+    A run dir resolves to its final model (`final/<role>`) or else its last checkpoint; a GGUF source
+    (`model.path` syntax: `smollm2`, `x.gguf`) to its converted directory.
     """
+    if gguf_source.is_gguf_source(path):
+        return Path(gguf_source.resolve(path))
     p = Path(path)
     candidates = [p, p / role, p / "final" / role]
     ckpts = list_checkpoints(p)
