@@ -706,3 +706,72 @@ def test_fuzz_arith_parsers(question):
     if parsed is not None:  # anything that parses solves, and labels its own steps correct within 12 digits
         steps, _ = solve(question)
         assert step_labels(question, steps) == [parse_step(step) is not None for step in steps]
+
+
+# ---------------------------------------------------------------------- wordproblems
+
+
+def test_wordproblems_reference_solutions_are_right_and_graded_right():
+    """Every reference step is true arithmetic chained from the story's numbers, the last result is
+    the answer, the reference grades 1, and a wrong final line grades 0."""
+    from cotrain.tasks.wordproblems import WordProblemsTask
+
+    task = WordProblemsTask(n_steps=(1, 3), max_number=20)
+    for problem in task.problems("train", 300) + task.problems("ood", 100):
+        value = None
+        for step in problem.steps:
+            left, op, right, _, result = step.split()
+            assert value is None or int(left) == value, problem
+            assert {"+": int(left) + int(right), "-": int(left) - int(right), "*": int(left) * int(right)}[op] == int(result)
+            assert int(result) >= 0 and (value is not None or left in problem.question), problem
+            value = int(result)
+        assert str(value) == problem.answer and problem.solution.endswith(f"#### {value}")
+        assert task.grade(problem.solution, problem) == 1.0
+        assert task.grade(problem.solution.replace(f"#### {value}", f"#### {value + 1}"), problem) == 0.0
+        assert len(problem.steps) == problem.meta["n_ops"]
+
+
+def test_wordproblems_splits():
+    """train and test never share a question; ood has one more step and larger numbers; lists are
+    deterministic, prefixes of longer ones, and distinct."""
+    from cotrain.tasks.wordproblems import WordProblemsTask
+
+    task = WordProblemsTask(n_steps=(1, 1), max_number=10)
+    train, test, ood = task.problems("train", 2000), task.problems("test", 300), task.problems("ood", 300)
+    assert not {p.question for p in train} & {p.question for p in test}
+    assert len({p.question for p in test}) == 300 and task.problems("test", 100) == test[:100]
+    assert task.problems("test", 300, seed=1) != test
+    assert all(p.meta["n_ops"] == 1 for p in train + test) and all(p.meta["n_ops"] == 2 for p in ood)
+    assert max(int(p.answer) for p in ood) > 100 >= max(int(p.answer) for p in test)
+
+
+def test_wordproblems_reads_answers_as_a_model_writes_them():
+    from cotrain.tasks.base import LabelLeak, blind
+    from cotrain.tasks.wordproblems import WordProblemsTask
+
+    task = WordProblemsTask()
+    problem = task.problems("test", 1)[0]
+    answer = int(problem.answer)
+    rows = [
+        (f"#### {answer}", 1.0),                                   # the asked-for format
+        (f"So she has {answer} now.\nThe answer is {answer}.", 1.0),  # a sentence
+        (f"\\boxed{{{answer}}}", 1.0),                              # LaTeX
+        (f"#### {answer}.0", 1.0),                                  # a float that is the integer
+        (f"#### {answer + 1}", 0.0),                                # wrong
+        ("I cannot tell.", 0.0),                                    # no number
+        ("", 0.0),
+    ]
+    for text, want in rows:
+        assert task.grade(text, problem) == want, text
+    assert task.answers_equal("1,200", "1200") and not task.answers_equal("x", "x")
+    with pytest.raises(LabelLeak):
+        task.grade(f"#### {answer}", blind([problem])[0])
+
+
+@pytest.mark.parametrize("knobs", [{"n_steps": (2, 1)}, {"n_steps": 3}, {"n_steps": (0, 1)}, {"max_number": 1},
+                                   {"max_number": 10**9}, {"ood_max_number": "x"}])
+def test_wordproblems_bad_knobs_are_user_errors(knobs):
+    from cotrain.tasks import make_task
+
+    with pytest.raises(UserError, match="wordproblems"):
+        make_task("wordproblems", **knobs)

@@ -4,6 +4,7 @@
     countdown         the gap world: reach a target from given numbers (tasks/countdown.py)
     humaneval         HumanEval's functions, graded by their tests in the sandbox (tasks/code.py)
     codeworld         the tiny code world: one-line list functions from a description (tasks/codeworld.py)
+    wordproblems      generated GSM8K-style word problems of 1-3 steps, for real models (tasks/wordproblems.py)
     gsm8k, math500    the data files of shared/data (tasks/mathdata.py)
     jsonl             any JSONL file of question/answer rows (tasks/mathdata.py)
     rg:<generator>    a reasoning-gym generator, e.g. rg:leg_counting (tasks/rg.py)
@@ -20,11 +21,12 @@ from cotrain.tasks.code import HumanEvalTask
 from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
+from cotrain.tasks.wordproblems import WordProblemsTask
 
 __all__ = ["TASKS", "Problem", "Task", "make_task"]
 
 TASKS = {"arith": ArithTask, "countdown": CountdownTask, "gsm8k": Gsm8kTask, "math500": Math500Task, "jsonl": JsonlTask,
-         "humaneval": HumanEvalTask, "codeworld": CodeWorldTask}
+         "humaneval": HumanEvalTask, "codeworld": CodeWorldTask, "wordproblems": WordProblemsTask}
 """The tasks by name, besides the `rg:<generator>` family."""
 
 
@@ -32,7 +34,8 @@ def make_task(name: str, **options) -> Task:
     """The task called `name`, built with `options` as its constructor's keyword arguments.
 
     Args:
-        name: "arith", "countdown", "humaneval", "codeworld", "gsm8k", "math500", "jsonl" or "rg:<reasoning-gym generator>".
+        name: "arith", "countdown", "humaneval", "codeworld", "wordproblems", "gsm8k", "math500", "jsonl" or
+            "rg:<reasoning-gym generator>".
         **options: the task's knobs (e.g. n_ops=(2, 3) for arith, data_dir=... for gsm8k).
 
     Returns:

@@ -1,0 +1,157 @@
+"""GSM8K-style word problems of one to three steps, generated: the real-model task a 135M instruction
+model can start on and learn from on a CPU.
+
+A problem tells a short story about a count of things and asks for the count at the end:
+
+    Mia buys 3 boxes with 4 pencils in each box. She gives away 5 pencils.
+    How many pencils does Mia have now?
+
+    3 * 4 = 12
+    12 - 5 = 7
+    #### 7
+
+The first sentence either states a count ("Mia has 12 pencils.") or makes one by a product ("buys 3
+boxes with 4 pencils in each box": one step); each later sentence adds or takes away some ("She gets 6
+more pencils.", "She gives away 5 pencils.", "She loses 2 pencils."), one step each. Counts never go
+below zero. The reference solution writes each step as `a op b = c`, then `#### answer`; a completion
+is graded by its final answer (`extract_gsm8k_answer`: after `####`, else the last `\\boxed{}`, else
+the last number), compared exactly.
+
+Splits: `train` and `test` draw from the same distribution and never share a question (a stable hash
+puts about 1 in 10 questions in `test`); `ood` has numbers up to `ood_max_number` (default 3x larger)
+and one more step than the largest of `n_steps`, drawn without that split's own test/train rule.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+
+from cotrain.errors import UserError
+from cotrain.tasks.base import Problem, labelled
+from cotrain.tasks.mathdata import extract_gsm8k_answer
+
+NAMES = (("Mia", "She"), ("Tom", "He"), ("Ava", "She"), ("Sam", "He"), ("Lena", "She"), ("Ben", "He"),
+         ("Zoe", "She"), ("Leo", "He"), ("Ella", "She"), ("Max", "He"), ("Nora", "She"), ("Omar", "He"))
+THINGS = (("apple", "apples", "bag", "bags"), ("pencil", "pencils", "box", "boxes"),
+          ("sticker", "stickers", "sheet", "sheets"), ("marble", "marbles", "jar", "jars"),
+          ("cookie", "cookies", "tray", "trays"), ("card", "cards", "pack", "packs"),
+          ("egg", "eggs", "carton", "cartons"), ("flower", "flowers", "vase", "vases"),
+          ("book", "books", "shelf", "shelves"), ("shell", "shells", "bucket", "buckets"))
+GAINS = ("{p} gets {n} more {things}.", "{p} buys {n} more {things}.", "{p} finds {n} more {things}.",
+         "A friend gives {o} {n} more {things}.")
+LOSSES = ("{p} gives away {n} {things}.", "{p} loses {n} {things}.", "{p} uses {n} {things}.",
+          "{p} gives {n} {things} to a friend.")
+QUESTIONS = ("How many {things} does {name} have now?", "How many {things} does {name} have in the end?")
+OBJECT = {"She": "her", "He": "him"}
+
+
+def is_test_question(question: str) -> bool:
+    """Whether a question belongs to the test split (about 1 in 10), by a stable hash."""
+    return int(hashlib.sha256(question.encode()).hexdigest(), 16) % 10 == 0
+
+
+def draw_problem(rng: random.Random, n_steps: int, max_number: int) -> Problem:
+    """One problem of exactly `n_steps` steps with numbers from 1 to `max_number` (factors of a
+    product up to min(max_number, 9)), from `rng`."""
+    name, pronoun = rng.choice(NAMES)
+    thing, things, container, containers = rng.choice(THINGS)
+    sentences, steps = [], []
+    if n_steps >= 2 and rng.random() < 0.5 or n_steps == 1 and rng.random() < 0.3:
+        a, b = rng.randint(2, min(max_number, 9)), rng.randint(2, min(max_number, 9))
+        count = a * b
+        sentences.append(f"{name} buys {a} {containers} with {b} {things} in each {container}.")
+        steps.append(f"{a} * {b} = {count}")
+    else:
+        count = rng.randint(1, max_number)
+        sentences.append(f"{name} has {count} {things if count != 1 else thing}.")
+    while len(steps) < n_steps:
+        if count > 1 and rng.random() < 0.5:
+            n = rng.randint(1, min(count, max_number))
+            sentences.append(rng.choice(LOSSES).format(p=pronoun, n=n, things=things if n != 1 else thing))
+            steps.append(f"{count} - {n} = {count - n}")
+            count -= n
+        else:
+            n = rng.randint(1, max_number)
+            sentences.append(rng.choice(GAINS).format(p=pronoun, o=OBJECT[pronoun], n=n,
+                                                      things=things if n != 1 else thing))
+            steps.append(f"{count} + {n} = {count + n}")
+            count += n
+    sentences.append(rng.choice(QUESTIONS).format(things=things, name=name))
+    answer = str(count)
+    return Problem(question=" ".join(sentences), answer=answer, steps=tuple(steps),
+                   solution="\n".join(steps) + f"\n#### {answer}", meta={"n_ops": n_steps})
+
+
+class WordProblemsTask:
+    """Generated word problems (see the module docstring).
+
+    Args:
+        n_steps: inclusive range of the number of steps of `train` and `test` problems.
+        max_number: largest number a story states (train and test).
+        ood_max_number: largest number of the `ood` split (default 3 x max_number).
+    """
+
+    name = "wordproblems"
+    splits = ("train", "test", "ood")
+
+    def __init__(self, n_steps: tuple[int, int] = (1, 2), max_number: int = 20, ood_max_number: int | None = None):
+        if (not isinstance(n_steps, (list, tuple)) or len(n_steps) != 2 or not all(type(x) is int for x in n_steps)
+                or not 1 <= n_steps[0] <= n_steps[1] <= 6):
+            raise UserError(f"wordproblems: n_steps must be [low, high] with 1 <= low <= high <= 6, got {n_steps!r}")
+        for key, value in (("max_number", max_number), ("ood_max_number", ood_max_number)):
+            if value is not None and (type(value) is not int or not 2 <= value <= 10_000):
+                raise UserError(f"wordproblems: {key} must be an integer from 2 to 10000, got {value!r}")
+        self.n_steps = (n_steps[0], n_steps[1])
+        self.max_number = max_number
+        self.ood_max_number = ood_max_number or 3 * max_number
+
+    def problems(self, split: str, n: int | None = None, seed: int = 0) -> list[Problem]:
+        """`n` distinct problems of `split` (default 1,000), deterministic in (split, n, seed, knobs);
+        a shorter list is a prefix of a longer one."""
+        if split not in self.splits:
+            raise UserError(f"wordproblems has no split {split!r} (splits: {', '.join(self.splits)})")
+        n = 1000 if n is None else n
+        rng = random.Random(f"wordproblems/{split}/{seed}")
+        low, high = self.n_steps
+        if split == "ood":
+            low, high, max_number = high + 1, high + 1, self.ood_max_number
+        else:
+            max_number = self.max_number
+        seen: set[str] = set()
+        out: list[Problem] = []
+        for _ in range(200 * n + 1000):
+            if len(out) == n:
+                break
+            problem = draw_problem(rng, rng.randint(low, high), max_number)
+            if problem.question in seen or (split != "ood" and is_test_question(problem.question) != (split == "test")):
+                continue
+            seen.add(problem.question)
+            out.append(problem)
+        if len(out) < n:
+            raise UserError(f"wordproblems: only {len(out)} distinct {split} problems for n={n}; "
+                            "raise max_number or widen n_steps")
+        return out
+
+    def extract_answer(self, completion: str) -> str | None:
+        """After the last `####`, else the last `\\boxed{}`, else the last number (`extract_gsm8k_answer`)."""
+        return extract_gsm8k_answer(completion)
+
+    def answers_equal(self, a: str, b: str) -> bool:
+        return _integer(a) is not None and _integer(a) == _integer(b)
+
+    def grade(self, completion: str, problem: Problem) -> float:
+        """1.0 when the completion's final answer is the problem's integer, else 0.0. Never raises."""
+        labelled(problem)
+        return float(self.answers_equal(self.extract_answer(completion), problem.answer))
+
+
+def _integer(text) -> int | None:
+    """The integer an answer states ("12", "12.0", "1,200"), or None."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip().replace(",", "").rstrip(".")
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and abs(value) < 1e15 else None
