@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from cotrain.eval.metrics import majority_answer, pass_at_k
+from cotrain.eval.metrics import majority_answer, pass_at_k, wilson_interval
 from cotrain.rl.losses import aggregate, group_advantages, grpo_loss, kl_k3
 
 
@@ -108,6 +108,20 @@ def test_aggregate_empty_mask_is_zero_not_nan():
 ])
 def test_pass_at_k(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("hits, n, expected", [
+    # p = 1/2, z^2 = 3.8415: centre (0.5 + 0.19207) / 1.38415 = 0.5;
+    # half 1.96 * sqrt(0.025 + 0.0096) / 1.38415 = 0.2634
+    (5, 10, (0.2366, 0.7634)),
+    # p = 0: centre 0.19207 / 1.38415 = 0.13877 = half, so the interval starts at 0
+    (0, 10, (0.0, 0.2775)),
+    (10, 10, (0.7225, 1.0)),   # the mirror image
+    (0, 0, (0.0, 1.0)),        # no data: everything possible
+])
+def test_wilson_interval(hits, n, expected):
+    lo, hi = wilson_interval(hits, n)
+    assert lo == pytest.approx(expected[0], abs=1e-4) and hi == pytest.approx(expected[1], abs=1e-4)
 
 
 @pytest.mark.parametrize("answers, expected", [

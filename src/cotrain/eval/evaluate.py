@@ -5,7 +5,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cotrain import dist
 from cotrain.errors import UserError
-from cotrain.eval.metrics import majority_answer, pass_at_k
+from cotrain.eval.metrics import majority_answer, pass_at_k, wilson_interval
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.tasks.base import Problem, Task
@@ -39,8 +39,11 @@ def greedy_accuracy(model, tokenizer, task: Task, problems: list[Problem], *, ma
 def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, split: str, *,
                    n: int, k: int = 0, n_sampled: int = 0, temperature: float = 1.0, max_new_tokens: int = 48,
                    batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
-    """Metrics of one split: pass@1 (greedy), pass@k, maj@k, the samples' accuracy and gap/majority
-    (maj@k minus that accuracy), from k samples of each of n_sampled problems."""
+    """Metrics of one split: pass@1 (greedy) with its 95% Wilson interval, the greedy completions' mean
+    length, truncation and format rates (`format_ratio`: a final-answer line, one that starts with `#`,
+    as every generator prompt asks: a gain that only comes from answering in the asked form shows
+    there), and pass@k, maj@k, the samples' accuracy and gap/majority (maj@k minus that accuracy) from
+    k samples of each of n_sampled problems."""
     problems = task.problems(split, n, seed=EVAL_SEED)
     if not problems:
         raise UserError(f"split '{split}' of task {task.name} has no problems to evaluate")
@@ -48,8 +51,10 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
                                           max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16,
                                           seed=None)
     correct = dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems)))
-    out = {"pass@1": sum(correct) / len(problems), "n": len(problems),
-           "len_mean": sum(lengths) / len(lengths), "truncated_ratio": sum(truncated) / len(truncated)}
+    lo, hi = wilson_interval(int(sum(c >= 1.0 for c in correct)), len(problems))
+    out = {"pass@1": sum(correct) / len(problems), "n": len(problems), "pass@1_ci95_lo": lo, "pass@1_ci95_hi": hi,
+           "len_mean": sum(lengths) / len(lengths), "truncated_ratio": sum(truncated) / len(truncated),
+           "format_ratio": sum(any(line.lstrip().startswith("#") for line in t.split("\n")) for t in texts) / len(texts)}
     if k >= 2 and n_sampled > 0:  # k = 1 would only repeat pass@1 with sampling noise
         sub = problems[:n_sampled]
         texts, _, _ = _complete(model, tokenizer, sub, k, greedy=False, temperature=temperature,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from math import comb
+from math import comb, sqrt
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -12,6 +12,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def wilson_interval(hits: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of a proportion hits / n; (0, 1) when n is 0.
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n hits:
+    wilson_interval(0, 10) = (0, 0.278), wilson_interval(5, 10) = (0.237, 0.763).
+    """
+    if n <= 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def majority_answer(answers: list[str | None], equal: Callable[[str, str], bool] | None = None) -> str | None:
