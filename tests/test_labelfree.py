@@ -19,6 +19,7 @@ from cotrain.tasks.code import HumanEvalTask
 from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
+from cotrain.tasks.wordproblems import WordProblemsTask
 from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
@@ -62,6 +63,7 @@ WALL_TASKS = {
     "arith": lambda d: ArithTask(),
     "countdown": lambda d: CountdownTask(),
     "codeworld": lambda d: CodeWorldTask(),
+    "wordproblems": lambda d: WordProblemsTask(),
     "gsm8k": lambda d: Gsm8kTask(data_dir=_write_jsonl(d / "gsm8k_train.jsonl", [
         {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=7\n#### 7"}]).parent),
     "math500": lambda d: Math500Task(data_dir=_write_jsonl(d / "math500_test.jsonl", [

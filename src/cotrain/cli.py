@@ -17,6 +17,7 @@ import yaml
 from cotrain import registry
 from cotrain.errors import UserError
 from cotrain.hub import require_model_sources
+from cotrain.models import gguf_source
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,6 +30,7 @@ def cmd_run(args) -> int:
 
     cfg = load_config(args.config, args.overrides)
     require_model_sources(cfg)  # an unreachable hub id: one line now, not after a minute of retries
+    gguf_source.require_sources(cfg)
     out = args.out or cfg.out_dir
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
@@ -72,6 +74,7 @@ def cmd_check(args) -> int:
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     require_model_sources(cfg)
+    gguf_source.require_sources(cfg)
     from cotrain.check import check
 
     print(f"cotrain check {args.config}", flush=True)

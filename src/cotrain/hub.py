@@ -63,15 +63,12 @@ def is_local_path(path: str | Path) -> bool:
 def require_model_sources(cfg) -> None:
     """`require_hub` for each model of a run config given as a hub id that the run starts from:
     model.path unless `init` replaces it, verifier.model.path unless `verifier.init` does. A GGUF
-    source anywhere a model is named (model.path, init, verifier.init, selfplay.proposer_init) is
-    checked for its file and the `gguf` package, without reading it."""
-    from cotrain.models import gguf_source
-
+    source (`smollm2`, `x.gguf`) is no hub id: `models.gguf_source.require_sources` checks those."""
     for model, init in ((cfg.model, cfg.init), (getattr(cfg.verifier, "model", None), cfg.verifier.init)):
         path = getattr(model, "path", None)
-        if path and not init and not gguf_source.is_gguf_source(path) and not is_local_path(path):
+        if path and not init and not _names_gguf(path) and not is_local_path(path):
             require_hub(str(path))
-    verifier_path = cfg.verifier.model.path if cfg.verifier.model is not None else None
-    for path in (cfg.model.path, cfg.init, verifier_path, cfg.verifier.init, cfg.selfplay.proposer_init):
-        if gguf_source.is_gguf_source(path):
-            gguf_source.require(path)
+
+
+def _names_gguf(path: str) -> bool:
+    return str(path) == "smollm2" or str(path).lower().endswith(".gguf")

@@ -88,6 +88,15 @@ def require(path: str | Path) -> Path:
     return file
 
 
+def require_sources(cfg) -> None:
+    """`require` for every GGUF source a run config names (model.path, init, verifier.model.path,
+    verifier.init, selfplay.proposer_init): one UserError line before anything is built."""
+    verifier_path = cfg.verifier.model.path if cfg.verifier.model is not None else None
+    for path in (cfg.model.path, cfg.init, verifier_path, cfg.verifier.init, cfg.selfplay.proposer_init):
+        if is_gguf_source(path):
+            require(path)
+
+
 def resolve(path: str | Path) -> str | Path:
     """The directory to load for a model path: for a GGUF source its converted cache directory
     (converting it on first use); any other path is returned as it is."""
