@@ -38,6 +38,7 @@ def main(argv=None) -> None:
     ap.add_argument("--ver-steps", type=int, default=1, help="Nv")
     ap.add_argument("--solutions", type=int, default=32, help="solutions per verifier step (configs/tango.yaml: 32)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (default: fp32)")
     args = ap.parse_args(argv)
 
     import torch
@@ -51,7 +52,8 @@ def main(argv=None) -> None:
     start = build_start_model()
     common = {
         "seed": 0, "init": str(START), "task": dict(TASK),
-        "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": 1e-4, "n_problems": 2000},
+        "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": 1e-4, "n_problems": 2000,
+                  "bf16": args.bf16},
         "grpo": {"group_size": args.group_size, "max_new_tokens": args.max_new_tokens},
         "eval": {"splits": ["test"], "n": 32, "k": 0, "every": 0},
         "checkpoint": {"every": 0}, "log": {"progress": False, "tensorboard": False},

@@ -153,3 +153,68 @@ def test_a_groups_samples_do_not_depend_on_the_rest_of_its_batch(nano):
     assert torch.allclose(joined.logp, whole.logp, atol=1e-5)
     other, _ = _rollout(model, tok, group_size=3, temperature=1.5, seed=8)
     assert not torch.equal(other.completion_ids, whole.completion_ids)
+
+
+def test_ngram_drafter_by_hand():
+    """Source [5, 6, 7, 8, 5, 6, 9]. After [1, 5, 6] the bigram (5, 6) ends at positions 2 and 6; the one
+    nearest the output's length 3 is 2, so the draft is what follows it: [7, 8, 5] (k = 3). After [4, 9]
+    nothing longer than (9,) matches, and 9 ends the source: no draft. After [8] the unigram ends at 4:
+    [5, 6]. k = 0 or an empty output drafts nothing."""
+    from cotrain.models.generate import NgramDrafter
+
+    d = NgramDrafter([[5, 6, 7, 8, 5, 6, 9]])
+    assert d.draft(0, [1, 5, 6], 3) == [7, 8, 5]
+    assert d.draft(0, [4, 9], 3) == []
+    assert d.draft(0, [8], 2) == [5, 6]
+    assert d.draft(0, [8], 0) == [] and d.draft(0, [], 3) == []
+    assert d.draft(0, [7, 8, 5, 6], 8) == [9]  # (8, 5, 6) ends at 6: the draft stops at the source's end
+
+
+class _Oracle:
+    """Drafts each row's true continuation (from a plain rollout), every `wrong`-th token corrupted (its
+    id's last bit flipped: another token of the vocabulary)."""
+
+    def __init__(self, ro, wrong):
+        self.rows = [ids[:int(m.sum())].tolist() for ids, m in zip(ro.completion_ids, ro.completion_mask)]
+        self.wrong = wrong
+
+    def draft(self, row, generated, k):
+        nxt = self.rows[row][len(generated):len(generated) + k]
+        return [t ^ 1 if self.wrong and (len(generated) + i) % self.wrong == 0 else t for i, t in enumerate(nxt)]
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_drafted_decoding_gives_the_samples_of_plain_decoding(nano, greedy):
+    """Drafted decoding keeps a draft only where the sampler, with the row's own uniform, chose it anyway:
+    with drafts that are perfect, partly wrong or from prompt lookup, at any draft length, the
+    completions, their ends and truncation flags equal plain decoding's, the log-probs and entropies
+    equal them up to float rounding, and good drafts take fewer forward passes."""
+    model, tok = nano
+    prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n", "9-9\n"]]
+    kw = dict(max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.3, top_p=0.95,
+              greedy=greedy, seed=5, bf16=False, group_size=3)
+    passes = []
+    forward = model.forward
+
+    def counted(*a, **k):
+        passes[-1] += 1
+        return forward(*a, **k)
+
+    model.forward = counted
+    try:
+        passes.append(0)
+        plain = _generate(model, prompts, 0, **kw)
+        assert 0 < plain.truncated.sum() < len(plain.truncated) or greedy  # both ends are exercised
+        for k, wrong in [(1, 0), (3, 0), (8, 0), (3, 3), (8, 2), (5, 1)]:
+            passes.append(0)
+            ro = _generate(model, prompts, 0, draft_tokens=k, drafter=_Oracle(plain, wrong), **kw)
+            for name in ("completion_ids", "completion_mask", "truncated", "prompt_ids"):
+                assert torch.equal(getattr(ro, name), getattr(plain, name)), (k, wrong, name)
+            assert torch.allclose(ro.logp, plain.logp, atol=1e-5) and torch.allclose(ro.entropy, plain.entropy, atol=1e-5)
+            if not wrong:
+                assert passes[-1] < passes[0], (k, passes)
+        passes.append(0)
+        looked_up = _generate(model, prompts, 0, draft_tokens=4, **kw)
+        assert torch.equal(looked_up.completion_ids, plain.completion_ids)
+    finally:
+        del model.forward

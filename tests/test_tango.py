@@ -150,6 +150,15 @@ def test_tango_fixed_seed_regression_and_resume(sft_run, tmp_path):
     assert a["verifier_warmup"]["test_injected"]["accuracy"] == pytest.approx(GOLDEN_WARMUP_ACC, abs=1e-9)
 
 
+def test_drafted_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path):
+    """`rollout.draft_tokens` only changes how many forward passes sampling takes: the golden run with
+    drafted rollouts, verifications and verifier RL rollouts gives the golden metrics."""
+    raw = _golden_config(sft_run[0])
+    raw["rollout"] = {"draft_tokens": 4}
+    run_recipe(build_config(raw), tmp_path)
+    assert_golden(tmp_path, TANGO_GOLDEN)
+
+
 # Fixed-seed regression: what this code produced (seed 0, the float64 nano world of conftest.py); holds
 # on any x86-64 CPU (tests/golden.py).
 # recorded with RL Tango's defaults (alpha 0.1 decaying, w_format 0.8, unclamped class weights, a lone

@@ -384,6 +384,10 @@ class RolloutConfig(_Section):
     gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vllm: share of the GPU's memory for vLLM.")
     max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + completion (null: the model's).")
     sleep: bool = Field(False, description="vllm: free the engine's GPU memory during each update (sleep mode).")
+    draft_tokens: int = Field(0, ge=0, le=64, description=(
+        "HF path: drafted decoding (prompt lookup), up to this many guessed tokens per forward pass, for the "
+        "generator's rollouts and the verifier's or judge's verifications in training; samples unchanged up to "
+        "float rounding (bench/README.md: when it pays). 0: off."))
 
 
 class RunConfig(_Section):

@@ -5,6 +5,7 @@ T = completion length, V = vocabulary.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 from dataclasses import dataclass
 
@@ -110,6 +111,7 @@ def generate(
     seed: int | None = None,
     bf16: bool = False,
     group_size: int = 1,
+    draft_tokens: int = 0,
 ) -> Rollout:
     """Sample `group_size` completions of each prompt; rows of a group are contiguous in the result.
 
@@ -121,11 +123,21 @@ def generate(
     Args:
         seed: sampling seed; group i is sampled with `group_noise(seed, i, ...)`, so the result is the
             same whatever the number of processes. None draws from torch's global generator.
+        draft_tokens: with k > 0, drafted decoding (`NgramDrafter`, prompt lookup): each forward pass also
+            runs up to k tokens guessed by finding the row's last tokens in its prompt, and keeps those
+            the sampler would have chosen anyway. Each token is still chosen from its own logits with
+            its own uniform (`group_noise`), so the samples are those of plain decoding up to float
+            rounding (the logits come from a wider forward pass), greedy or sampled; only the number of
+            forward passes changes. Pays where outputs copy their prompt (a verifier quoting the steps
+            it checks) and a pass costs about the same for a few more tokens (weights read once).
     """
     model = dist.plain_copy(model)  # a model sharded with FSDP2 samples from its plain copy
-    return split_by_rank(prompts, pad_id, lambda mine, first: _generate(
-        model, mine, first, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id, temperature=temperature,
-        top_p=top_p, greedy=greedy, seed=seed, bf16=bf16, group_size=group_size))
+
+    def sample(mine, first):
+        return _generate(model, mine, first, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                         temperature=temperature, top_p=top_p, greedy=greedy, seed=seed, bf16=bf16,
+                         group_size=group_size, draft_tokens=draft_tokens)
+    return split_by_rank(prompts, pad_id, sample)
 
 
 def split_by_rank(prompts: list[list[int]], pad_id: int, sample) -> Rollout:
@@ -163,8 +175,10 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
 
 @torch.no_grad()
 def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_tokens: int, eos_id: int, pad_id: int,
-              temperature: float, top_p: float, greedy: bool, seed: int | None, bf16: bool, group_size: int) -> Rollout:
-    """`generate` of this process's prompts, the first of which is group `first_group` of the rollout."""
+              temperature: float, top_p: float, greedy: bool, seed: int | None, bf16: bool, group_size: int,
+              draft_tokens: int = 0, drafter=None) -> Rollout:
+    """`generate` of this process's prompts, the first of which is group `first_group` of the rollout;
+    `drafter` (anything with `NgramDrafter.draft`) replaces the prompt lookup of drafted decoding."""
     if not prompts:
         return _empty_rollout()
     device = next(model.parameters()).device
@@ -195,7 +209,12 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
         cache.batch_repeat_interleave(group_size)
         logits, attn, next_pos = (x.repeat_interleave(group_size, dim=0) for x in (logits, attn, next_pos))
         prompt_ids, prompt_mask = (x.repeat_interleave(group_size, dim=0) for x in (prompt_ids, prompt_mask))
-    for t in range(max_new_tokens):
+    if draft_tokens > 0:
+        drafter = drafter or NgramDrafter([list(p) for p in prompts for _ in range(group_size)])
+        _drafted_decode(model, logits, attn, next_pos, cache, drafter, draft_tokens, noise, bf16, device,
+                        eos_id=eos_id, pad_id=pad_id, temperature=temperature, top_p=top_p, greedy=greedy,
+                        out=(out_ids, out_logp, out_entropy, out_mask, truncated))
+    for t in range(max_new_tokens if draft_tokens == 0 else 0):
         logits = upcast(logits)
         if greedy:
             tokens = logits.argmax(-1)
@@ -229,6 +248,142 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
     model.train(was_training)
     return Rollout(prompt_ids, prompt_mask, out_ids[:, :width], out_mask[:, :width],
                    out_logp[:, :width], out_entropy[:, :width], truncated)
+
+
+class NgramDrafter:
+    """Guesses each row's next tokens by prompt lookup: the row's last n generated tokens (n = 3, 2, 1,
+    longest first) are looked up in its source text (its prompt), and the tokens that follow the
+    occurrence nearest to the row's own length are the draft. A guess only saves forward passes; it
+    never changes a sample.
+
+    Args:
+        sources: one token list per row.
+        max_n: the longest n-gram looked up.
+    """
+
+    def __init__(self, sources: list[list[int]], max_n: int = 3):
+        self.sources = sources
+        self.max_n = max_n
+        self._index: list[dict | None] = [None] * len(sources)
+
+    def _positions(self, row: int) -> dict[tuple[int, ...], list[int]]:
+        # n-gram -> end positions in the row's source (ascending), built on first use
+        if self._index[row] is None:
+            src, index = self.sources[row], {}
+            for n in range(1, self.max_n + 1):
+                for end in range(n, len(src)):  # an n-gram ending at the last token has nothing after it
+                    index.setdefault(tuple(src[end - n:end]), []).append(end)
+            self._index[row] = index
+        return self._index[row]
+
+    def draft(self, row: int, generated: list[int], k: int) -> list[int]:
+        """Up to k tokens guessed to follow `generated` in row `row` (none when nothing matches)."""
+        if k <= 0 or not generated:
+            return []
+        index = self._positions(row)
+        for n in range(min(self.max_n, len(generated)), 0, -1):
+            ends = index.get(tuple(generated[-n:]))
+            if ends:
+                i = bisect.bisect_left(ends, len(generated))
+                near = min(ends[max(i - 1, 0):i + 1], key=lambda e: (abs(e - len(generated)), -e))
+                return self.sources[row][near:near + k]
+        return []
+
+
+def choose_tokens(logits: torch.Tensor, u: torch.Tensor | None, *, temperature: float, top_p: float,
+                  greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token each row of logits [N, V] gives: its argmax (greedy) or the inverse-CDF draw with
+    uniform u [N] at `temperature` and `top_p`; and the distribution it was drawn from (log-probs
+    [N, V]; greedy: the logits' log-softmax)."""
+    logits = upcast(logits)
+    if greedy:
+        return logits.argmax(-1), logits.log_softmax(-1)
+    scaled = logits / temperature
+    if top_p < 1.0:
+        scaled = _top_p_filter(scaled, top_p)
+    logp_all = scaled.log_softmax(-1)
+    return sample_token(logp_all, u), logp_all
+
+
+def _drafted_decode(model, logits, attn, next_pos, cache, drafter: NgramDrafter, k: int, noise, bf16: bool,
+                    device, *, eos_id: int, pad_id: int, temperature: float, top_p: float, greedy: bool,
+                    out: tuple) -> None:
+    """The decode loop of `generate(draft_tokens=k)`, writing into `out` (ids, logp, entropy, mask,
+    truncated [N, max_new_tokens] each, truncated [N]).
+
+    Each pass feeds every live row its pending token (drawn, not yet in the cache) and its draft
+    d_1..d_m (m <= k), padded to a common width w; position j's logits choose the row's token number
+    t + j with the row's uniform for that index. Draft d_j is kept while it equals the token chosen
+    before it, so a row advances by a + 1 tokens (a drafts kept, then the first chosen token that
+    differs, or one more). All w positions enter the cache; those of rejected drafts and of padding
+    are masked out of the attention mask, so later tokens attend to exactly what plain decoding shows
+    them.
+    """
+    out_ids, out_logp, out_entropy, out_mask, truncated = out
+    n, max_new = out_ids.shape
+    live = torch.arange(n)                     # rows still generating, in cache order
+    produced = torch.zeros(n, dtype=torch.long)  # tokens chosen so far per row (the pending one included)
+    generated: list[list[int]] = [[] for _ in range(n)]
+    width = 1
+    logits = logits[:, None]                   # [n, 1, V]: the prefill's last position
+    drafts = torch.empty((n, 0), dtype=torch.long)
+    ran_pass = False                           # the first logits are the prefill's
+    while True:
+        # ---------------------------------------------------------- choose a token at every position
+        m = live.shape[0]
+        pos = produced[:, None] + torch.arange(width)                                       # [m, w] token index
+        u = None if greedy else noise[live[:, None], pos.clamp(max=max_new - 1)].reshape(-1).to(logits.device)
+        tokens, logp_all = choose_tokens(logits.reshape(m * width, -1), u, temperature=temperature, top_p=top_p,
+                                         greedy=greedy)
+        tokens, logp_all = tokens.view(m, width).cpu(), logp_all.view(m, width, -1)
+        # ---------------------------------------------------------- keep the drafts the sampler agrees with
+        agree = (tokens[:, :-1] == drafts).long()                                           # [m, w-1]
+        kept = agree.cumprod(1).sum(1)                                                      # [m] drafts kept
+        count = torch.minimum(kept + 1, max_new - produced)                                # [m] new tokens
+        is_eos = (tokens == eos_id) & (torch.arange(width) < count[:, None])
+        first_eos = torch.where(is_eos.any(1), is_eos.long().argmax(1), width)
+        count = torch.minimum(count, first_eos + 1)
+        ended = is_eos.any(1) | (produced + count >= max_new)
+        # ---------------------------------------------------------- record them
+        r, j = (torch.arange(width) < count[:, None]).nonzero(as_tuple=True)
+        rows, cols = live[r], produced[r] + j
+        chosen = tokens[r, j]
+        out_ids[rows, cols] = chosen
+        lp = logp_all[r.to(logp_all.device), j.to(logp_all.device)]                        # [R, V]
+        out_logp[rows, cols] = lp.gather(-1, chosen.to(lp.device)[:, None]).squeeze(-1).cpu().to(out_logp.dtype)
+        out_entropy[rows, cols] = -torch.where(lp.isfinite(), lp.exp() * lp, 0.0).sum(-1).cpu().to(out_entropy.dtype)
+        out_mask[rows, cols] = 1
+        truncated[live[is_eos.any(1)]] = False
+        for row, tok in zip(r.tolist(), chosen.tolist()):
+            generated[live[row]].append(tok)
+        if ran_pass:  # the positions just run stay in the attention: the pending token and the kept drafts
+            attn = torch.cat([attn, (torch.arange(width) <= kept[:, None]).to(attn.device, attn.dtype)], dim=-1)
+            next_pos = next_pos + count.to(next_pos.device)  # where the new pending token goes
+        produced = produced + count
+        pending = tokens.gather(1, (count - 1)[:, None]).squeeze(1)                        # [m] not yet in the cache
+        if ended.all():
+            return
+        if ended.any():  # compact: keep only live rows in the batch and the cache
+            keep = (~ended).nonzero().squeeze(-1)
+            keep_dev = keep.to(device)
+            live, produced, pending = live[keep], produced[keep], pending[keep]
+            attn, next_pos = attn[keep_dev], next_pos[keep_dev]
+            cache.batch_select_indices(keep_dev)
+        # ---------------------------------------------------------- the next pass: pending token + drafts
+        room = (max_new - produced - 1).tolist()  # a draft may fill the row up to its length limit
+        guesses = [drafter.draft(int(row), generated[int(row)], min(k, left)) for row, left in zip(live, room)]
+        width = 1 + max(len(x) for x in guesses)
+        drafts = torch.full((live.shape[0], width - 1), -1, dtype=torch.long)
+        for i, x in enumerate(guesses):
+            drafts[i, :len(x)] = torch.tensor(x, dtype=torch.long)
+        ids = torch.cat([pending[:, None], drafts.clamp(min=0).masked_fill(drafts < 0, pad_id)], dim=1)  # [m, w]
+        step_attn = torch.cat([attn, torch.cat([torch.ones_like(pending[:, None]), (drafts >= 0).long()], 1)
+                               .to(attn.device, attn.dtype)], dim=-1)
+        with autocast(bf16, device):
+            logits = model(input_ids=ids.to(device), attention_mask=step_attn,
+                           position_ids=next_pos[:, None] + torch.arange(width, device=next_pos.device),
+                           past_key_values=cache, use_cache=True).logits                   # [m, w, V]
+        ran_pass = True
 
 
 def completion_logprobs(
