@@ -85,6 +85,12 @@ def main(argv=None) -> None:
     split = {k: statistics.mean(r.get(k, 0.0) for r in tango_rows[1:])
              for k in ("time/gen", "time/verify", "time/update", "time/ver_update")}
     print("tango step split (mean s): " + "  ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in split.items()))
+    ver_rows = [r for r in tango_rows[1:] if "time/ver_policy" in r]
+    if ver_rows:
+        parts = {k: statistics.mean(r[k] for r in ver_rows) for k in ("time/ver_solutions", "time/ver_verify",
+                                                                    "time/ver_policy")}
+        print(f"one verifier step (mean s over {len(ver_rows)}): "
+              + "  ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in parts.items()))
     warm = json.loads((OUT / "tango" / "metrics.jsonl").read_text().splitlines()[0])
     print(f"tango verifier warm-up (not in the ratio): {warm.get('time/warmup', float('nan')):.1f} s")
     flops = {n: rows_by_side[n][-1].get("flops/total") for n in sides}

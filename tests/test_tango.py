@@ -151,10 +151,12 @@ def test_tango_fixed_seed_regression_and_resume(sft_run, tmp_path):
 
 
 def test_drafted_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path):
-    """`rollout.draft_tokens` only changes how many forward passes sampling takes: the golden run with
-    drafted rollouts, verifications and verifier RL rollouts gives the golden metrics."""
+    """`rollout.draft_tokens` and `verifier.draft_tokens` only change how many forward passes sampling
+    takes: the golden run with drafted rollouts, verifications and verifier RL rollouts gives the golden
+    metrics."""
     raw = _golden_config(sft_run[0])
     raw["rollout"] = {"draft_tokens": 4}
+    raw["verifier"]["draft_tokens"] = 3
     run_recipe(build_config(raw), tmp_path)
     assert_golden(tmp_path, TANGO_GOLDEN)
 

@@ -193,6 +193,9 @@ class VerifierConfig(_Section):
         "In an injected-error example, the chance that each further step is wrong too (one step always is): "
         "claims that are often wrong teach the verifier to recompute rather than copy the claimed result."))
     warmup_rl_steps: int = Field(0, ge=0, description="Verifier-only RL steps after the SFT warm-up (RL Tango: 40).")
+    draft_tokens: int = Field(0, ge=0, le=64, description=(
+        "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
+        "guessed tokens per forward pass; verdicts unchanged up to float rounding (bench/README.md). 0: off."))
 
     @model_validator(mode="after")
     def _check(self):
@@ -385,9 +388,8 @@ class RolloutConfig(_Section):
     max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + completion (null: the model's).")
     sleep: bool = Field(False, description="vllm: free the engine's GPU memory during each update (sleep mode).")
     draft_tokens: int = Field(0, ge=0, le=64, description=(
-        "HF path: drafted decoding (prompt lookup), up to this many guessed tokens per forward pass, for the "
-        "generator's rollouts and the verifier's or judge's verifications in training; samples unchanged up to "
-        "float rounding (bench/README.md: when it pays). 0: off."))
+        "HF path: drafted decoding (prompt lookup) of the generator's rollouts, up to this many guessed tokens "
+        "per forward pass; samples unchanged up to float rounding (bench/README.md: when it pays). 0: off."))
 
 
 class RunConfig(_Section):

@@ -129,8 +129,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- verification of every sample
         vro, parsed, distinct = verify_samples(verifier, vtok, [p.question for p in problems], texts, v,
-                                               seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16,
-                                               draft_tokens=cfg.rollout.draft_tokens)
+                                               seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16)
         forward, verified = rollout_tokens(vro)
         compute.add("ver", forward=forward)
         timer.lap("verify", verified)

@@ -233,7 +233,7 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
     model, jtok = judge
     jro, _, parsed = verify(model, jtok, questions, answers, group_size=passes, temperature=cfg.verifier.temperature,
                             max_new_tokens=cfg.verifier.max_new_tokens, seed=derive_seed(cfg.seed, label, step),
-                            bf16=cfg.train.bf16, draft_tokens=cfg.rollout.draft_tokens)
+                            bf16=cfg.train.bf16, draft_tokens=cfg.verifier.draft_tokens)
     forward, generated = rollout_tokens(jro)
     compute.add("judge", forward=forward, generated=generated)
     if timer is not None:

@@ -41,7 +41,7 @@ None (unlabelled): ground truth, or a label-free recipe's pseudo-label."""
 
 
 def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: VerifierConfig, *, seed: int,
-                   bf16: bool, draft_tokens: int = 0) -> tuple[Rollout, list[Verification], float]:
+                   bf16: bool) -> tuple[Rollout, list[Verification], float]:
     """The verifier's verdicts on each sample: (its rollout, the parsed verification of each sample, the
     share of distinct (question, sample) pairs). Greedy verification of a repeated pair gives the same
     verdicts, so each distinct pair is verified once (a group often repeats its correct solutions)."""
@@ -49,7 +49,7 @@ def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: Ve
     distinct = list(dict.fromkeys(pairs)) if v.greedy_verdicts else pairs
     vro, _, parsed_distinct = verify(verifier, vtok, [q for q, _ in distinct], [t for _, t in distinct],
                                      greedy=v.greedy_verdicts, temperature=v.temperature,
-                                     max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16, draft_tokens=draft_tokens)
+                                     max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16, draft_tokens=v.draft_tokens)
     index = {pair: i for i, pair in enumerate(distinct)}
     parsed = [parsed_distinct[index[pair]] for pair in pairs] if v.greedy_verdicts else parsed_distinct
     return vro, parsed, len(distinct) / len(pairs)
@@ -101,6 +101,7 @@ class VerifierRL:
     the current generator, `verifier.group_size` sampled verifications of each (its GRPO group), reward
     1[final verdict == label] + w_format * format (+ w_catch for a caught error with
     `tango.adversarial`), advantages reweighted by class (1/sqrt of the EMA count of each label, mean 1).
+    Its phases are timed as time/ver_solutions, time/ver_verify and time/ver_policy.
 
     `labels` gives the labels; with `truth` (a label-free run) the ground truth is read for the `gt/`
     metrics alone. `state()` is what a checkpoint keeps for resume.
@@ -132,6 +133,7 @@ class VerifierRL:
         cfg, g, v, tg = self.cfg, self.cfg.grpo, self.cfg.verifier, self.cfg.tango
         (model, tokenizer), (verifier, vtok, vopt, vsched) = self.generator, self.verifier
         self.step_count += 1
+        t0 = time.perf_counter()
         # -------------------------------------------------------------- solutions from the current generator
         prompt_problems = sample_batch(self.pool, max(1, v.solutions // self.per_prompt),
                                        derive_seed(cfg.seed, "verifier"), self.step_count)
@@ -151,12 +153,13 @@ class VerifierRL:
         solutions, problems = [solutions[i] for i in keep], [problems[i] for i in keep]
         truth = self.truth(solutions, problems) if self.truth else []  # ground truth: metrics only
         correct = [labels[i] for i in keep]
+        t1 = time.perf_counter()
 
         # -------------------------------------------------------------- verifications, reward, advantage
         vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], solutions, group_size=v.group_size,
                                 temperature=v.temperature, max_new_tokens=v.max_new_tokens,
                                 seed=derive_seed(cfg.seed, "verifier-verify", self.step_count), bf16=cfg.train.bf16,
-                                draft_tokens=cfg.rollout.draft_tokens)
+                                draft_tokens=v.draft_tokens)
         forward, generated = rollout_tokens(vro)
         labels = [c for c in correct for _ in range(v.group_size)]                       # [S*Gv]
         rewards = verifier_rewards([x.final for x in parsed], labels, [x.format for x in parsed], v.w_format,
@@ -165,6 +168,8 @@ class VerifierRL:
         if v.reweight:
             weights, self.ema = class_weights(correct, self.ema, v.class_decay)           # [S]
             advantages = advantages * weights.repeat_interleave(v.group_size)
+
+        t2 = time.perf_counter()
 
         # -------------------------------------------------------------- update
         st = policy_update(verifier, vopt, vro, advantages, vro.completion_mask, self.vg,
@@ -175,6 +180,7 @@ class VerifierRL:
                          trained=st["tokens_trained"] + st["prompt_tokens_trained"])
 
         # -------------------------------------------------------------- metrics
+        times = {"time/ver_solutions": t1 - t0, "time/ver_verify": t2 - t1, "time/ver_policy": time.perf_counter() - t2}
         m = verdict_metrics([x.final for x in parsed], labels)
         monitors = {}
         if self.truth:  # ground truth: metrics only
@@ -182,7 +188,7 @@ class VerifierRL:
             monitors = {"ver/labelled": labelled, "gt/ver_acc": gt["accuracy"],
                         "gt/ver_balanced_acc": gt["balanced_accuracy"],
                         "gt/ver_pseudo_label_acc": sum(a == b for a, b in zip(correct, truth)) / len(keep)}
-        return {**monitors, **reward_metrics("ver", rewards, v.group_size), "ver/acc": m["accuracy"],
+        return {**monitors, **times, **reward_metrics("ver", rewards, v.group_size), "ver/acc": m["accuracy"],
                 "ver/balanced_acc": m["balanced_accuracy"], "ver/format": sum(x.format for x in parsed) / len(parsed),
                 "ver/approve_rate": m["approve_rate"], "ver/base_rate": m["base_rate"], **rollout_metrics("ver", vro),
                 "ver/lr": vsched.get_last_lr()[0], **{f"ver/{k}": x for k, x in st.items() if "tokens" not in k}}
