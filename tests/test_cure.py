@@ -191,3 +191,65 @@ def test_cure_golden_catches_a_changed_tester_prompt(tmp_path, monkeypatch):
     monkeypatch.setattr(tester, "PLAIN_MARK", "@tests")
     run_recipe(build_config(cure_config(checkpoint={"every": 0})), tmp_path)
     assert mismatch(golden_metrics(tmp_path, list(GOLDEN)), GOLDEN) is not None, "the golden still holds"
+
+
+# ----------------------------------------------------------------------------- a user's code file (code_jsonl)
+
+
+def test_code_jsonl_reads_mbpp_and_humaneval_shaped_files(tmp_path):
+    """MBPP's shape (a description, a list of assertions, no entry point: the function the tests call)
+    and HumanEval's (a signature to continue, `check(candidate)`, a named entry point), each graded in
+    the sandbox: a right program passes, a wrong one or a faked pass fails."""
+    import json
+
+    from cotrain.tasks import make_task
+    from cotrain.tasks.code import as_check, entry_from_tests
+
+    assert entry_from_tests("assert len(rev([1, 2])) == 2\nassert rev([]) == []") == "rev"  # len is a builtin
+    assert entry_from_tests("x = (") is None and entry_from_tests("assert 1 == 1") is None
+    assert as_check(["assert f(1) == 2"]) == "def check(candidate):\n    assert f(1) == 2\n"
+    assert as_check("def check(candidate):\n    pass\n") == "def check(candidate):\n    pass\n"
+
+    mbpp = tmp_path / "mbpp.jsonl"
+    mbpp.write_text(json.dumps({"task_id": 7, "text": "Reverse a list.", "code": "def rev(x):\n    return x[::-1]",
+                                "test_list": ["assert rev([1, 2]) == [2, 1]", "assert rev([]) == []"]}) + "\n")
+    task = make_task("code_jsonl", path=str(mbpp), prompt_field="text", tests_field="test_list",
+                     entry_point_field=None, solution_field="code", prompt_is_code=False)
+    (p,) = task.problems("train")
+    assert p.question == "Reverse a list." and p.meta["entry_point"] == "rev" and p.meta["task_id"] == 7
+    assert task.grade(p.solution, p) == 1.0
+    assert task.grade("```python\ndef rev(x):\n    return list(reversed(x))\n```", p) == 1.0
+    assert task.grade("def rev(x):\n    return x\n", p) == 0.0
+    assert task.grade("import sys\nprint('PASSED')\nsys.exit(0)\n", p) == 0.0
+    assert task.grade("", p) == 0.0 and task.grade(None, p) == 0.0
+
+    he = tmp_path / "he.jsonl"
+    he.write_text(json.dumps({"prompt": "def add(x, y):\n    \"\"\"x plus y\"\"\"\n", "entry_point": "add",
+                              "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}) + "\n")
+    task = make_task("code_jsonl", splits={"test": str(he)})
+    (p,) = task.problems("test")
+    assert task.grade("    return x + y\n", p) == 1.0 and task.grade("    return x - y\n", p) == 0.0
+
+
+def test_code_jsonl_bad_files_and_options_are_one_line_errors(tmp_path):
+    import json
+
+    from cotrain.errors import UserError
+    from cotrain.tasks import make_task
+
+    f = tmp_path / "rows.jsonl"
+    f.write_text(json.dumps({"text": "Add.", "tests": ["assert 1 == 1"]}) + "\n")
+    with pytest.raises(UserError, match=r"missing field 'prompt' \(the row has: text, tests"):
+        make_task("code_jsonl", path=str(f)).problems("train")
+    with pytest.raises(UserError, match="call no function to test"):
+        make_task("code_jsonl", path=str(f), prompt_field="text", tests_field="tests",
+                  entry_point_field=None).problems("train")
+    f.write_text(json.dumps({"prompt": "Add.", "test": 5, "entry_point": "f"}) + "\n")
+    with pytest.raises(UserError, match="must be test code or a list of assertions, got int"):
+        make_task("code_jsonl", path=str(f)).problems("train")
+    with pytest.raises(UserError, match="exactly one of task.path"):
+        make_task("code_jsonl")
+    with pytest.raises(UserError, match="wall_s must be"):
+        make_task("code_jsonl", path=str(f), wall_s=-1)
+    with pytest.raises(UserError, match="prompt_is_code must be true or false"):
+        make_task("code_jsonl", path=str(f), prompt_is_code="no")

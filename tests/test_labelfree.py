@@ -15,7 +15,7 @@ from cotrain.roles import proposer
 from cotrain.tasks import TASKS, make_task
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import HIDDEN, PUBLIC_META, LabelLeak, Problem, blind
-from cotrain.tasks.code import HumanEvalTask
+from cotrain.tasks.code import CodeJsonlTask, HumanEvalTask
 from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
@@ -77,6 +77,11 @@ WALL_TASKS = {
         {"task_id": "HumanEval/0", "prompt": "def add(x, y):\n    \"\"\"x plus y\"\"\"\n",
          "canonical_solution": "    return x + y\n", "entry_point": "add",
          "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}]).parent),
+    "code_jsonl": lambda d: CodeJsonlTask(path=_write_jsonl(d / "mbpp.jsonl", [  # MBPP's fields
+        {"task_id": 2, "text": "Write a function to add two numbers.", "code": "def add(a, b):\n    return a + b",
+         "test_list": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}]),
+        prompt_field="text", tests_field="test_list", entry_point_field=None, solution_field="code",
+        prompt_is_code=False),
 }
 
 

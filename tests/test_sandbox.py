@@ -303,3 +303,4 @@ def test_codeworld_formats_references_and_splits():
     assert task.grade("return x", train[0]) == 0.0 and task.grade("", train[0]) == 0.0
     assert task.grade("return (", train[0]) == 0.0 and task.grade(None, train[0]) == 0.0
     assert task.extract_answer(" return x \n") == "return x"
+

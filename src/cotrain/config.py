@@ -100,7 +100,8 @@ class TaskConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     name: str = Field("arith", description=(
-        "arith | countdown | codeworld | humaneval | wordproblems | gsm8k | math500 | jsonl | rg:<reasoning-gym name>"))
+        "arith | countdown | codeworld | humaneval | code_jsonl | wordproblems | gsm8k | math500 | jsonl | "
+        "rg:<reasoning-gym name>"))
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

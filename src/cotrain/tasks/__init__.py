@@ -3,6 +3,7 @@
     arith             the tiny world's procedural integer chains (tasks/arith.py)
     countdown         the gap world: reach a target from given numbers (tasks/countdown.py)
     humaneval         HumanEval's functions, graded by their tests in the sandbox (tasks/code.py)
+    code_jsonl        code problems from a user's JSONL file (MBPP-style), graded the same way (tasks/code.py)
     codeworld         the tiny code world: one-line list functions from a description (tasks/codeworld.py)
     wordproblems      generated GSM8K-style word problems of 1-3 steps, for real models (tasks/wordproblems.py)
     gsm8k, math500    the data files of shared/data (tasks/mathdata.py)
@@ -17,7 +18,7 @@ import inspect
 from cotrain.errors import UserError
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import Problem, Task
-from cotrain.tasks.code import HumanEvalTask
+from cotrain.tasks.code import CodeJsonlTask, HumanEvalTask
 from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
@@ -26,7 +27,8 @@ from cotrain.tasks.wordproblems import WordProblemsTask
 __all__ = ["TASKS", "Problem", "Task", "make_task"]
 
 TASKS = {"arith": ArithTask, "countdown": CountdownTask, "gsm8k": Gsm8kTask, "math500": Math500Task, "jsonl": JsonlTask,
-         "humaneval": HumanEvalTask, "codeworld": CodeWorldTask, "wordproblems": WordProblemsTask}
+         "humaneval": HumanEvalTask, "code_jsonl": CodeJsonlTask, "codeworld": CodeWorldTask,
+         "wordproblems": WordProblemsTask}
 """The tasks by name, besides the `rg:<generator>` family."""
 
 
@@ -34,7 +36,7 @@ def make_task(name: str, **options) -> Task:
     """The task called `name`, built with `options` as its constructor's keyword arguments.
 
     Args:
-        name: "arith", "countdown", "humaneval", "codeworld", "wordproblems", "gsm8k", "math500", "jsonl" or
+        name: "arith", "countdown", "humaneval", "code_jsonl", "codeworld", "wordproblems", "gsm8k", "math500", "jsonl" or
             "rg:<reasoning-gym generator>".
         **options: the task's knobs (e.g. n_ops=(2, 3) for arith, data_dir=... for gsm8k).
 

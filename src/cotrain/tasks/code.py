@@ -2,6 +2,9 @@
 
     humaneval   ../shared/data/humaneval.jsonl.gz (164 problems, the single split `test`): the prompt is
                 a function's signature and docstring, the tests a `check(candidate)` of assertions.
+    code_jsonl  a JSONL file a user brings (MBPP, CodeContests-style function tasks), its fields mapped
+                by options: prompt, tests (a `check(candidate)` or a list of assertions), entry point
+                (or the function the tests call), reference solution.
 
 What a completion may be (`extract_program`): the body that continues the prompt, as a base model writes
 it, or a fenced code block, as a chat model writes it; a block that defines the function replaces the
@@ -12,12 +15,14 @@ problem is blinded (`tasks.base.blind` keeps no test).
 """
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 from cotrain import sandbox
+from cotrain.errors import UserError
 from cotrain.tasks.base import Problem, labelled
-from cotrain.tasks.mathdata import _FileTask, default_data_dir
+from cotrain.tasks.mathdata import _field, _FileTask, default_data_dir
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -89,4 +94,104 @@ class HumanEvalTask(_FileTask):
         entry = problem.meta["entry_point"]
         program = extract_program(problem.question, completion, entry)
         run = sandbox.run_tests(program, entry, problem.answer, context=problem.question, limits=self.limits)
+        return float(run.status == "ok")
+
+
+_NOT_ENTRY = frozenset(dir(__import__("builtins"))) | {"check", "candidate"}
+
+
+def entry_from_tests(tests: str) -> str | None:
+    """The function a test suite tests: the first name it calls that is not a builtin (`assert
+    remove_occ("hello", "l") == "heo"` -> "remove_occ"); None when the tests call none or do not parse."""
+    try:
+        tree = ast.parse(tests)
+    except (SyntaxError, ValueError):
+        return None
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)]
+    calls.sort(key=lambda node: (node.lineno, node.col_offset))
+    return next((c.func.id for c in calls if c.func.id not in _NOT_ENTRY), None)
+
+
+def as_check(tests: str | list) -> str:
+    """A test suite in HumanEval's form: text that defines `check(candidate)` is kept as it is; a list of
+    assertions (MBPP's `test_list`) or assertion lines become the body of a `check(candidate)`, where
+    calls of the function by name are calls of the candidate (`sandbox.run_tests`)."""
+    if isinstance(tests, list):
+        tests = "\n".join(str(t) for t in tests)
+    if re.search(r"^def\s+check\s*\(", tests, re.MULTILINE):
+        return tests
+    body = "\n".join("    " + line for line in tests.splitlines()) or "    pass"
+    return f"def check(candidate):\n{body}\n"
+
+
+class CodeJsonlTask(HumanEvalTask):
+    """Code problems from a JSONL file a user brings (MBPP, CodeContests-style function tasks, a HumanEval
+    copy), graded by their tests in the sandbox like `humaneval`.
+
+    Args:
+        path: shorthand for splits={"train": path}.
+        splits: split name -> file, e.g. {"train": "mbpp_train.jsonl", "test": "mbpp_test.jsonl"}.
+        prompt_field: the row field holding the prompt, or a template over fields ("{text}\\n{test_list}").
+        tests_field: the row field holding the tests: text defining `check(candidate)` (HumanEval), or a
+            list of assertions or text of assertion lines (MBPP's `test_list`).
+        entry_point_field: the row field naming the function; None: the first non-builtin function the
+            tests call.
+        solution_field: the row field holding a reference solution, if any.
+        prompt_is_code: the prompt is the start of the program (a signature and docstring, as in
+            HumanEval), which the completion continues; false (MBPP): the prompt is a description and
+            the program is the completion's code alone.
+        wall_s: the sandbox's wall-clock limit per program (seconds).
+        name: the task's name in messages and logs.
+    """
+
+    def __init__(self, path: str | Path | None = None, splits: dict | None = None, prompt_field: str = "prompt",
+                 tests_field: str = "test", entry_point_field: str | None = "entry_point",
+                 solution_field: str | None = None, prompt_is_code: bool = True, wall_s: float = 10.0,
+                 name: str = "code_jsonl"):
+        _FileTask.__init__(self)
+        self.name = name
+        if (path is None) == (splits is None):
+            raise UserError(f"{name}: give exactly one of task.path (one file, the train split) "
+                            "or task.splits ({split: file})")
+        files = {"train": path} if path is not None else splits
+        if not isinstance(files, dict) or not files or not all(isinstance(f, (str, Path)) for f in files.values()):
+            raise UserError(f"{name}: task.splits must map each split to a file path")
+        if not isinstance(prompt_is_code, bool):
+            raise UserError(f"{name}: task.prompt_is_code must be true or false, got {prompt_is_code!r}")
+        if not isinstance(wall_s, (int, float)) or isinstance(wall_s, bool) or not 0 < wall_s <= 600:
+            raise UserError(f"{name}: task.wall_s must be a number of seconds in (0, 600], got {wall_s!r}")
+        self._files = {str(split): Path(file) for split, file in files.items()}
+        self.fields = {"prompt": prompt_field, "tests": tests_field, "entry": entry_point_field,
+                       "solution": solution_field}
+        self.prompt_is_code = prompt_is_code
+        self.limits = sandbox.Limits(wall_s=float(wall_s))
+        self._hint = "check task.path / task.splits"
+
+    def _to_problem(self, row: dict, path: Path) -> Problem:
+        f = self.fields
+        prompt = _field(row, f["prompt"], path, self.name)
+        if f["tests"] not in row:
+            _field(row, f["tests"], path, self.name)  # the error that lists the row's fields
+        tests = row[f["tests"]]
+        if not isinstance(tests, (str, list)):
+            raise UserError(f"{self.name}: {path}:{row['_line']}: field {f['tests']!r} must be test code or a list of "
+                            f"assertions, got {type(tests).__name__}")
+        check = as_check(tests)
+        entry = _field(row, f["entry"], path, self.name) if f["entry"] else entry_from_tests(check)
+        if not entry:
+            raise UserError(f"{self.name}: {path}:{row['_line']}: its tests call no function to test; set "
+                            "task.entry_point_field to the field naming it")
+        solution = _field(row, f["solution"], path, self.name) if f["solution"] else None
+        meta = {k: v for k, v in row.items() if k not in ("_line", f["tests"]) and isinstance(v, (str, int, float))}
+        return Problem(question=prompt, answer=check, solution=solution,
+                       meta={**meta, "entry_point": entry, "line": row["_line"]})
+
+    def grade(self, completion: str, problem: Problem) -> float:
+        """1.0 when the program passes every test (sandbox.run_tests), else 0.0. Never raises, except
+        LabelLeak on a blinded problem."""
+        if self.prompt_is_code:
+            return super().grade(completion, problem)
+        labelled(problem)
+        program = self.extract_answer(completion) or ""
+        run = sandbox.run_tests(program, problem.meta["entry_point"], problem.answer, limits=self.limits)
         return float(run.status == "ok")
