@@ -14,7 +14,8 @@ threads.
 
 Run:  python bench/labelfree_vs_grpo.py               (12 steps each)
 The last two lines are `triad_over_grpo_step=X.XX` and `reliability_over_grpo_step=X.XX`: mean step
-time over GRPO's mean step time, step 1 left out as a warm-up of caches.
+time over GRPO's mean step time, step 1 left out as a warm-up of caches. Each side's line also gives the
+process's peak resident memory during its run (Linux VmHWM, reset before each side).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(args.threads)
     from grpo_vs_trl import START, TASK, build_start_model
+    from real_model import peak_gib, peak_reset
 
     from cotrain.config import build_config
     from cotrain.recipes import grpo, reliability, triad
@@ -77,11 +79,13 @@ def main(argv=None) -> None:
         "triad": (triad, build_config(shipped("triad"))),
         "reliability": (reliability, build_config(shipped("reliability"))),
     }
-    times, splits = {}, {}
+    times, splits, peaks = {}, {}, {}
     for name, (recipe, cfg) in sides.items():
         run_dir = OUT / name
         shutil.rmtree(run_dir, ignore_errors=True)
+        peak_reset()
         recipe.run(cfg, run_dir)
+        peaks[name] = peak_gib()
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
         rows = [r for r in rows if "time/step" in r and r["step"] >= 1][1:]
         times[name] = [r["time/step"] for r in rows]
@@ -92,7 +96,8 @@ def main(argv=None) -> None:
           f"{args.threads} threads, fp32; triad and reliability at configs/*.yaml's other settings")
     for name, t in times.items():
         split = "  ".join(f"{k}={v:.3f}" for k, v in splits[name].items())
-        print(f"{name:12s} mean {statistics.mean(t):.3f} s/step  median {statistics.median(t):.3f}   ({split})")
+        print(f"{name:12s} mean {statistics.mean(t):.3f} s/step  median {statistics.median(t):.3f}  "
+              f"peak RSS {peaks[name]:.2f} GiB   ({split})")
     base = statistics.mean(times["grpo"])
     for name in ("triad", "reliability"):
         rows = [json.loads(x) for x in (OUT / name / "metrics.jsonl").read_text().splitlines()]

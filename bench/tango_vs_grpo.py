@@ -11,7 +11,8 @@ separately, not in the ratio. Both sides run in one process, one after the other
 Run:  python bench/tango_vs_grpo.py                    (24 steps each, 16 prompts x 8 samples)
       python bench/tango_vs_grpo.py --steps 6          (a quick check)
 The last line is `tango_over_grpo_step=X.XX`: the mean tango step time over the mean grpo step time
-(step 1 left out as a warm-up of caches); the target is at most 2.5.
+(step 1 left out as a warm-up of caches). Each side's line ends with the process's peak resident memory
+during its run (Linux VmHWM, reset before each side; the first side's includes the imports).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(args.threads)
     from grpo_vs_trl import START, TASK, build_start_model
+    from real_model import peak_gib, peak_reset
 
     from cotrain.config import build_config
     from cotrain.recipes import grpo, tango
@@ -66,11 +68,13 @@ def main(argv=None) -> None:
                                        "tango": {"gen_steps": args.gen_steps, "ver_steps": args.ver_steps,
                                                  "eval_n": 32}})),
     }
-    times, rows_by_side = {}, {}
+    times, rows_by_side, peaks = {}, {}, {}
     for name, (recipe, cfg) in sides.items():
         run_dir = OUT / name
         shutil.rmtree(run_dir, ignore_errors=True)
+        peak_reset()
         recipe.run(cfg, run_dir)
+        peaks[name] = peak_gib()
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
         rows = [r for r in rows if "time/step" in r and r["step"] >= 1]
         rows_by_side[name] = rows
@@ -80,7 +84,8 @@ def main(argv=None) -> None:
           f"{args.prompts} prompts x {args.group_size} samples, {args.max_new_tokens} tokens, {args.threads} threads; "
           f"Ng:Nv {args.gen_steps}:{args.ver_steps}, {args.solutions} solutions x 4 verifications per verifier step")
     for name, t in times.items():
-        print(f"{name:6s} mean {statistics.mean(t):.3f} s/step  median {statistics.median(t):.3f}  (steps 2..{args.steps})")
+        print(f"{name:6s} mean {statistics.mean(t):.3f} s/step  median {statistics.median(t):.3f}  (steps 2..{args.steps})  "
+              f"peak RSS {peaks[name]:.2f} GiB")
     tango_rows = rows_by_side["tango"]
     split = {k: statistics.mean(r.get(k, 0.0) for r in tango_rows[1:])
              for k in ("time/gen", "time/verify", "time/update", "time/ver_update")}
