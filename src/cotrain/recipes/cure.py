@@ -19,7 +19,9 @@ Algorithm, each step:
 parsable generated tests; tester: the same formula with "correct" = passes every generated test).
 Training sees `blind` problems; ground truth is read only by the `gt/` metrics and evaluation.
 
-Warm-up (`cure` only): `cure.tester_warmup_steps` SFT steps on ground-truth tests in the task's notation.
+Warm-up (`cure` only): `cure.tester_warmup_steps` SFT steps on ground-truth tests in the task's notation,
+half of each batch rehearsing the coder on reference solutions (the model is both: a tester-only
+warm-up erased a codeworld coder, 0.70 sampled accuracy to 0.0 in 300 steps).
 
 Deviations: a test line that does not parse is rewarded -1 before normalisation; one shared model only.
 
