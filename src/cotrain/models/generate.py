@@ -200,7 +200,6 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
     attn = prompt_mask.to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    live = torch.arange(n)  # rows of the full batch still generating, in cache order
     with autocast(bf16, device):
         logits = model(input_ids=prompt_ids.to(device), attention_mask=attn, position_ids=positions,
                        past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
@@ -209,31 +208,43 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
         cache.batch_repeat_interleave(group_size)
         logits, attn, next_pos = (x.repeat_interleave(group_size, dim=0) for x in (logits, attn, next_pos))
         prompt_ids, prompt_mask = (x.repeat_interleave(group_size, dim=0) for x in (prompt_ids, prompt_mask))
+    out = (out_ids, out_logp, out_entropy, out_mask, truncated)
+    options = dict(eos_id=eos_id, temperature=temperature, top_p=top_p, greedy=greedy, out=out)
     if draft_tokens > 0:
         drafter = drafter or NgramDrafter([list(p) for p in prompts for _ in range(group_size)])
-        _drafted_decode(model, logits, attn, next_pos, cache, drafter, draft_tokens, noise, bf16, device,
-                        eos_id=eos_id, pad_id=pad_id, temperature=temperature, top_p=top_p, greedy=greedy,
-                        out=(out_ids, out_logp, out_entropy, out_mask, truncated))
-    for t in range(max_new_tokens if draft_tokens == 0 else 0):
-        logits = upcast(logits)
-        if greedy:
-            tokens = logits.argmax(-1)
-            logp_all = logits.log_softmax(-1)
-        else:
-            scaled = logits / temperature
-            if top_p < 1.0:
-                scaled = _top_p_filter(scaled, top_p)
-            logp_all = scaled.log_softmax(-1)
-            tokens = sample_token(logp_all, noise[live, t])
+        _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16, device, drafter, draft_tokens,
+                        pad_id=pad_id, **options)
+    else:
+        _plain_decode(model, logits, attn, next_pos, cache, noise, bf16, device, **options)
+    width = int(out_mask.sum(-1).max().item()) if n else 0
+    model.train(was_training)
+    return Rollout(prompt_ids, prompt_mask, out_ids[:, :width], out_mask[:, :width],
+                   out_logp[:, :width], out_entropy[:, :width], truncated)
+
+
+def entropy_of(logp_all: torch.Tensor) -> torch.Tensor:
+    """Entropy of each distribution given as log-probs [..., V] (0 * -inf counted as 0)."""
+    return -torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0).sum(-1)
+
+
+def _plain_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, *, eos_id: int,
+                  temperature: float, top_p: float, greedy: bool, out: tuple) -> None:
+    """The decode loop of `generate`: one token per row and forward pass, writing into `out` (ids, logp,
+    entropy, mask [N, max_new_tokens] each, truncated [N]); finished rows leave the batch and the cache."""
+    out_ids, out_logp, out_entropy, out_mask, truncated = out
+    n, max_new_tokens = out_ids.shape
+    live = torch.arange(n)  # rows of the full batch still generating, in cache order
+    for t in range(max_new_tokens):
+        tokens, logp_all = choose_tokens(logits, None if greedy else noise[live, t], temperature=temperature,
+                                         top_p=top_p, greedy=greedy)
         out_ids[live, t] = tokens.cpu()
         out_logp[live, t] = logp_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
-        p_logp = torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0)  # 0 * -inf -> 0
-        out_entropy[live, t] = -p_logp.sum(-1).cpu()
+        out_entropy[live, t] = entropy_of(logp_all).cpu()
         out_mask[live, t] = 1
         ended = (tokens == eos_id).cpu()
         truncated[live[ended]] = False
         if ended.all() or t == max_new_tokens - 1:
-            break
+            return
         if ended.any():  # compact: keep only live rows in the batch and the cache
             keep = (~ended).nonzero().squeeze(-1)
             keep_dev = keep.to(device)
@@ -244,10 +255,6 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
             logits = model(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                            past_key_values=cache, use_cache=True).logits[:, -1]
         next_pos = next_pos + 1
-    width = int(out_mask.sum(-1).max().item()) if n else 0
-    model.train(was_training)
-    return Rollout(prompt_ids, prompt_mask, out_ids[:, :width], out_mask[:, :width],
-                   out_logp[:, :width], out_entropy[:, :width], truncated)
 
 
 class NgramDrafter:
@@ -305,9 +312,8 @@ def choose_tokens(logits: torch.Tensor, u: torch.Tensor | None, *, temperature: 
     return sample_token(logp_all, u), logp_all
 
 
-def _drafted_decode(model, logits, attn, next_pos, cache, drafter: NgramDrafter, k: int, noise, bf16: bool,
-                    device, *, eos_id: int, pad_id: int, temperature: float, top_p: float, greedy: bool,
-                    out: tuple) -> None:
+def _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, drafter: NgramDrafter, k: int,
+                    *, eos_id: int, pad_id: int, temperature: float, top_p: float, greedy: bool, out: tuple) -> None:
     """The decode loop of `generate(draft_tokens=k)`, writing into `out` (ids, logp, entropy, mask,
     truncated [N, max_new_tokens] each, truncated [N]).
 
@@ -351,7 +357,7 @@ def _drafted_decode(model, logits, attn, next_pos, cache, drafter: NgramDrafter,
         out_ids[rows, cols] = chosen
         lp = logp_all[r.to(logp_all.device), j.to(logp_all.device)]                        # [R, V]
         out_logp[rows, cols] = lp.gather(-1, chosen.to(lp.device)[:, None]).squeeze(-1).cpu().to(out_logp.dtype)
-        out_entropy[rows, cols] = -torch.where(lp.isfinite(), lp.exp() * lp, 0.0).sum(-1).cpu().to(out_entropy.dtype)
+        out_entropy[rows, cols] = entropy_of(lp).cpu().to(out_entropy.dtype)
         out_mask[rows, cols] = 1
         truncated[live[is_eos.any(1)]] = False
         for row, tok in zip(r.tolist(), chosen.tolist()):
@@ -371,12 +377,12 @@ def _drafted_decode(model, logits, attn, next_pos, cache, drafter: NgramDrafter,
             cache.batch_select_indices(keep_dev)
         # ---------------------------------------------------------- the next pass: pending token + drafts
         room = (max_new - produced - 1).tolist()  # a draft may fill the row up to its length limit
-        guesses = [drafter.draft(int(row), generated[int(row)], min(k, left)) for row, left in zip(live, room)]
+        guesses = [drafter.draft(row, generated[row], min(k, left)) for row, left in zip(live.tolist(), room)]
         width = 1 + max(len(x) for x in guesses)
         drafts = torch.full((live.shape[0], width - 1), -1, dtype=torch.long)
         for i, x in enumerate(guesses):
             drafts[i, :len(x)] = torch.tensor(x, dtype=torch.long)
-        ids = torch.cat([pending[:, None], drafts.clamp(min=0).masked_fill(drafts < 0, pad_id)], dim=1)  # [m, w]
+        ids = torch.cat([pending[:, None], drafts.masked_fill(drafts < 0, pad_id)], dim=1)             # [m, w]
         step_attn = torch.cat([attn, torch.cat([torch.ones_like(pending[:, None]), (drafts >= 0).long()], 1)
                                .to(attn.device, attn.dtype)], dim=-1)
         with autocast(bf16, device):

@@ -99,8 +99,8 @@ def tester_warm_up(cfg: RunConfig, model, tok, pool: list[Problem], task, comput
                                                                     "warmup_steps": 10, "schedule": "constant"}), steps)
     rng = random.Random(derive_seed(cfg.seed, "tester-warmup"))
     losses = []
+    size = cfg.verifier.warmup_batch_size
     for _ in range(steps):
-        size = cfg.verifier.warmup_batch_size
         batch = [rng.choice(pool) for _ in range(size - size // 2 if solved else size)]
         targets = [task.test_line(*rng.choice(task.tests_of(p))) for p in batch]
         rehearsed = [rng.choice(solved) for _ in range(size // 2)] if solved else []
