@@ -3,8 +3,10 @@ sandbox on hand-written codes and tests, and runs of the recipe (smoke, the wall
 variant, a fixed-seed regression, SIGKILL and resume)."""
 import json
 import math
+from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from cotrain.config import build_config
@@ -13,6 +15,7 @@ from cotrain.rl.cure import best_of_n, case_rewards, code_rewards, normalise
 from cotrain.roles import tester
 from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import LabelLeak, blind
+from cotrain.tasks.code import HumanEvalTask
 from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.train.cure import execution_matrices, matrix_metrics, require_unit_tests
 from tests.conftest import nano_config, run_recipe
@@ -20,6 +23,7 @@ from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
 
 T, F = True, False
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # ---------------------------------------------------------------------- rewards, by hand
 
@@ -80,6 +84,38 @@ def test_a_test_line_reads_as_input_and_output_or_not_at_all(text, read):
     else:
         x, y = parsed
         assert (tuple(x), tuple(y) if isinstance(y, list) else y) == read
+
+
+@pytest.mark.parametrize("line, read", [
+    ("assert f(1, 2) == 3", ([1, 2], 3)),
+    ("assert 3 == add([1], 'a')", ([[1], "a"], 3)),            # either side of the ==, any function name
+    ("assert g((1, 2)) == [True, None]", ([(1, 2)], [True, None])),
+    ("assert f(x=1) == 2", None), ("assert abs(f(1) - 2) < 1e-6", None), ("assert f(1) == 2; x = 1", None),
+    ("assert f(*a) == 1", None), ("assert f(1) == {1, 2}", None), ("assert f(float('nan')) == 1", None),
+    ("assert f(1) == f(2)", None), ("assert f(1) == 2 == 2", None), ("assert f(1)", None), ("f(1) == 2", None),
+    ("assert f(" * 400 + ")", None), ("", None), (None, None),
+])
+def test_an_assertion_line_reads_as_arguments_and_expected_value_or_not_at_all(line, read):
+    assert HumanEvalTask(SHARED_DATA).parse_test(line) == read
+
+
+def test_humaneval_literal_assertions_are_unit_tests_the_matrix_runs():
+    """154 of the 164 problems have tests of the form `assert candidate(literals) == literal` (1,059 in all);
+    the reference solution passes each in the execution matrix, `return None` passes none, and a test line
+    the task writes reads back as the same test."""
+    task = HumanEvalTask(SHARED_DATA)
+    problems = task.problems("test")
+    counts = [len(task.tests_of(p)) for p in problems]
+    assert (len(problems), sum(c > 0 for c in counts), sum(counts)) == (164, 154, 1059)
+    chosen = [p for p, c in zip(problems, counts) if c][:40]
+    for p in chosen:
+        x, y = task.tests_of(p)[0]
+        assert task.parse_test(task.test_line(x, y, p)) == (x, y)
+    lines = [[task.test_line(*task.tests_of(p)[0], p), "assert nothing(1) == 2", "garbage"] for p in chosen]
+    matrices = execution_matrices(task, chosen, [[p.solution, "    return None\n"] for p in chosen], lines,
+                                  truth=chosen, use_gt=True)
+    assert all(all(m.gt[0]) for m in matrices) and not any(all(m.gt[1]) for m in matrices)
+    assert all(m.parsable == [T, T, F] and m.gen[0][0] and m.reference_gen[0] for m in matrices)
 
 
 def test_cure_needs_a_task_with_unit_tests():
@@ -192,6 +228,42 @@ def test_cure_golden_catches_a_changed_tester_prompt(tmp_path, monkeypatch):
     monkeypatch.setattr(tester, "PLAIN_MARK", "@tests")
     run_recipe(build_config(cure_config(checkpoint={"every": 0})), tmp_path)
     assert mismatch(golden_metrics(tmp_path, list(GOLDEN)), GOLDEN) is not None, "the golden still holds"
+
+
+def _weights(path) -> dict:
+    from cotrain.models.build import load_model
+
+    model, _ = load_model(path)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cure_two_models_keep_each_role_on_its_own_model(tmp_path):
+    """cure.two_models: the tester's warm-up and updates touch the tester alone. With no RL steps, one shared
+    model leaves the warm-up changed, while with two the coder ends exactly as it started and the tester,
+    saved beside it, changed; a tester that is not trained (train_tester false) ends as it was built."""
+    from cotrain.train.setup import initial_model, initial_verifier
+
+    raw = cure_config(train={"steps": 0}, checkpoint={"every": 0})
+    start = initial_model(build_config(raw))[0].state_dict()
+    run_recipe(build_config(raw), tmp_path / "shared")
+    assert not _same(_weights(tmp_path / "shared" / "final" / "generator"), start), "the warm-up changed nothing"
+
+    two = build_config(cure_config(train={"steps": 0}, cure={"two_models": True}, checkpoint={"every": 0}))
+    run_recipe(two, tmp_path / "two")
+    assert _same(_weights(tmp_path / "two" / "final" / "generator"), start)
+    assert not _same(_weights(tmp_path / "two" / "final" / "tester"), initial_verifier(two)[0].state_dict())
+
+    frozen = build_config(cure_config(train={"steps": 2}, checkpoint={"every": 1, "keep_last": 1},
+                                      cure={"two_models": True, "train_tester": False, "tester_warmup_steps": 0}))
+    run_recipe(frozen, tmp_path / "frozen")
+    assert _same(_weights(tmp_path / "frozen" / "final" / "tester"), initial_verifier(frozen)[0].state_dict())
+    assert (tmp_path / "frozen" / "checkpoints" / "step_2" / "tester").is_dir()
+    rows = [r for r in _rows(tmp_path / "frozen") if "gen/reward" in r]
+    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["test/reward"]) for r in rows)
 
 
 # ----------------------------------------------------------------------------- a user's code file (code_jsonl)

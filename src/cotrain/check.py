@@ -173,6 +173,10 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
             f"prompt {report['verification']['prompt_tokens']} tokens, {report['verification']['tokens']} generated "
             f"(max {vlimit}); format {parsed[0].format:.1f}, final verdict {verdict}")
 
+    # ------------------------------------------------------------------ the tester's first tests (cure)
+    if cfg.recipe in ("cure", "cure_label_free"):
+        report["tests"] = first_tests(cfg, task, roles, batch[0], texts[:group], say)
+
     # ------------------------------------------------------------------ memory
     gpus = sorted({info["device"] for info in report["roles"].values() if info["device"].startswith("cuda")})
     if gpus:
@@ -187,6 +191,31 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     say(f"memory    peak {where}; a training update needs more, see configs/real/README.md")
     say("ok")
     return report
+
+
+def first_tests(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say=print) -> dict:
+    """The tester's `cure.n_tests` tests of the first problem, and the execution matrix of the first
+    group's codes against them and the problem's ground-truth tests, in the sandbox."""
+    from cotrain.train.cure import execution_matrices, require_unit_tests, sample_tests
+
+    require_unit_tests(task)
+    model, tok, _ = roles.get("tester", roles["generator"])
+    start = time.perf_counter()
+    _, tests = sample_tests(cfg, model, tok, task, [problem.question], cfg.cure.n_tests,
+                            derive_seed(cfg.seed, "tests", 1))
+    sampled = time.perf_counter() - start
+    start = time.perf_counter()
+    [m] = execution_matrices(task, [problem], [codes], [tests], truth=None, use_gt=True)
+    ran = time.perf_counter() - start
+    out = {"parsable": sum(m.parsable), "n": len(tests), "ground_truth_tests": len(m.gt[0]) if m.gt else 0,
+           "codes_correct": sum(bool(row) and all(row) for row in m.gt), "codes": len(codes)}
+    say(f"tests     {'tester' if 'tester' in roles else 'the generator as tester'}, first problem: "
+        f"{out['parsable']}/{out['n']} tests parse ({sampled:.2f} s); execution matrix of {len(codes)} codes x "
+        f"({out['ground_truth_tests']} ground-truth + {out['parsable']} generated) tests in the sandbox "
+        f"({ran:.2f} s): {out['codes_correct']}/{len(codes)} codes pass every ground-truth test")
+    shown = tests[0] if len(tests[0]) <= SAMPLE_CHARS else tests[0][:SAMPLE_CHARS] + " [...]"
+    say(f"test      {shown!r}")
+    return out
 
 
 def first_rollout(cfg: RunConfig) -> dict:
@@ -227,6 +256,8 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
                        else _source(None, cfg.model) + (", a second copy" if cfg.model.path else ", its own seed"))
     if "verifier" in RECIPES[cfg.recipe].roles:
         roles["verifier"] = (*initial_verifier(cfg), verifier_source)
+    elif cfg.recipe in ("cure", "cure_label_free") and cfg.cure.two_models:
+        roles["tester"] = (*initial_verifier(cfg), verifier_source)
     elif "judge" in RECIPES[cfg.recipe].roles and not cfg.selfplay.shared_model:
         sp = cfg.selfplay
         if sp.proposer_init:

@@ -305,12 +305,16 @@ class ReliabilityConfig(_Section):
 
 
 class CureConfig(_Section):
-    """Code co-training (`recipe: cure`, `cure_label_free`): a coder and a unit tester, one model, two prompts."""
+    """Code co-training (`recipe: cure`, `cure_label_free`): a coder and a unit tester, one model in two
+    prompts (CURE's default) or two models."""
 
     n_tests: int = Field(8, ge=2, description="Unit tests the tester writes per problem (its GRPO group).")
     test_max_new_tokens: int = Field(32, ge=1, description="Length limit of a generated test.")
     post_stage: bool = Field(False, description="CURE's later-stage tester reward: all-or-nothing scales.")
     train_tester: bool = Field(True, description="Train the tester role (false: the coder alone, as GRPO).")
+    two_models: bool = Field(False, description=(
+        "A separate tester model (built like tango's verifier: verifier.model, verifier.init or the run's start), "
+        "with its own optimizer at train.lr; false: one model in two role prompts (CURE's default)."))
     tester_warmup_steps: int = Field(0, ge=0, description=(
         "cure: SFT steps teaching the tester the test notation on ground-truth tests (labels; none in cure_label_free)."))
     eval_problems: int = Field(100, ge=1, description="Problems per split in the final CURE evaluation.")

@@ -38,9 +38,11 @@ def encode_proposer_prompts(tokenizer: PreTrainedTokenizerBase, examples: list[s
     return [tokenizer(proposer.plain_prompt())["input_ids"] for _ in examples]
 
 
-def encode_tester_prompts(tokenizer: PreTrainedTokenizerBase, questions: list[str]) -> list[list[int]]:
-    """Token ids of each question's unit-tester prompt (roles/tester.py)."""
+def encode_tester_prompts(tokenizer: PreTrainedTokenizerBase, questions: list[str],
+                          notation: str) -> list[list[int]]:
+    """Token ids of each question's unit-tester prompt (roles/tester.py); `notation`: how a chat model is
+    asked to write the test (the task's `test_notation`)."""
     if uses_chat(tokenizer):
-        return [tokenizer.apply_chat_template(tester.chat_messages(q), add_generation_prompt=True, tokenize=True,
+        return [tokenizer.apply_chat_template(tester.chat_messages(q, notation), add_generation_prompt=True, tokenize=True,
                                               return_dict=False) for q in questions]
     return [tokenizer(tester.plain_prompt(q))["input_ids"] for q in questions]

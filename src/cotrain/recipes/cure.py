@@ -1,4 +1,5 @@
-"""CURE (research direction 5): a coder and a unit tester, one model in two prompts, co-evolving on code.
+"""CURE (research direction 5): a coder and a unit tester, one model in two prompts (or two models),
+co-evolving on code.
 
 Wang et al. 2025, "Co-Evolving LLM Coder and Unit Tester via Reinforcement Learning" (Gen-Verse/CURE);
 rewards in rl/cure.py, the execution matrix in train/cure.py. Untrusted code runs only in the sandbox.
@@ -6,7 +7,8 @@ rewards in rl/cure.py, the execution matrix in train/cure.py. Untrusted code run
 Algorithm, each step:
   coder    B problems, G = grpo.group_size codes each (the generator prompt).
   tester   M = cure.n_tests tests of each problem (the tester prompt, roles/tester.py), one line each in
-           the task's notation (`[1,2,3]>10`).
+           the task's notation (`[1,2,3]>10` in codeworld, `assert add(2, 3) == 5` in humaneval and
+           code_jsonl, whose literal assertions are their ground-truth tests).
   execute  every distinct code once in the sandbox on every test input, ground-truth and generated;
            outputs compared in the parent: the matrix gt [G][t], gen [G][M].
   rewards  coder: its ground-truth pass rate; tester: +share of wrong codes a test rejects when every
@@ -15,15 +17,19 @@ Algorithm, each step:
   update   the coder's and the tester's GRPO losses (rho = 1) on the one model, one optimizer step
            (`cure.train_tester: false` trains the coder alone: GRPO on the same rollouts).
 
+`cure.two_models`: the tester is a model of its own, built as tango builds its verifier (`verifier.model`
+from scratch, `verifier.init`, else the run's start), with its own optimizer (train.lr and schedule);
+each role's loss steps its own model, and the tester's warm-up teaches it tests alone.
+
 `cure_label_free`: the generated tests stand in for the ground-truth ones (coder: its pass rate on the
 parsable generated tests; tester: the same formula with "correct" = passes every generated test).
 Training sees `blind` problems; ground truth is read only by the `gt/` metrics and evaluation.
 
 Warm-up (`cure` only): `cure.tester_warmup_steps` SFT steps on ground-truth tests in the task's notation,
-half of each batch rehearsing the coder on reference solutions (the model is both: a tester-only
+half of each batch rehearsing the coder on reference solutions when the model is both (a tester-only
 warm-up erased a codeworld coder, 0.70 sampled accuracy to 0.0 in 300 steps).
 
-Deviations: a test line that does not parse is rewarded -1 before normalisation; one shared model only.
+Deviation: a test line that does not parse is rewarded -1 before normalisation.
 
 Metrics: `gen/*` (the coder: reward, pass rate), `test/*` (reward, parsable, grad), and the ground-truth
 monitors `gt/code_acc` (codes passing every hidden test), `gt/bon_acc` (the code Best-of-N by generated
@@ -37,6 +43,7 @@ from __future__ import annotations
 import torch
 
 from cotrain.config import RunConfig
+from cotrain.errors import UserError
 from cotrain.eval.during import eval_during_training
 from cotrain.rl.cure import case_rewards, code_rewards, normalise
 from cotrain.runs.rundir import list_checkpoints
@@ -52,7 +59,15 @@ from cotrain.train.cure import (
     tester_warm_up,
 )
 from cotrain.train.rollout import Sampler, rollout_metrics, rollout_tokens
-from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
+from cotrain.train.setup import (
+    build_task,
+    derive_seed,
+    initial_model,
+    initial_verifier,
+    make_optimizer,
+    sample_batch,
+    training_pool,
+)
 from cotrain.train.update import optimizer_step, policy_backward, zero_grads
 
 
@@ -66,19 +81,33 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model, tokenizer = initial_model(cfg)
     model.train()
     labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    if not label_free:  # problems none of whose tests a matrix can run (no literal assertion) train no one
+        labelled_pool = [p for p in labelled_pool if task.tests_of(p)]
+        if not labelled_pool:
+            raise UserError(f"task {task.name}: no training problem has a test of the form "
+                            "`assert f(literal args) == literal` (what the execution matrix runs)")
     pool = blind(labelled_pool) if label_free else labelled_pool
     truth = {p.question: p for p in labelled_pool}  # labelled copies: the gt/ metrics of cure_label_free read them
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
+    if c.two_models:
+        tester, ttok = initial_verifier(cfg)
+        tester.train()
+        topt, tsched = make_optimizer(tester, cfg.train, cfg.train.steps)
+        roles["tester"] = (tester, ttok, topt, tsched)
+    else:
+        tester, ttok, topt, tsched = model, tokenizer, opt, sched
+    trole = "test" if c.two_models else "gen"   # the compute account of the tester's tokens
     warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
-    compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))
+    compute = Compute({"gen": model.num_parameters(), **({"test": tester.num_parameters()} if c.two_models else {})},
+                      session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
     gt_tester = g.model_copy(update={"group_size": c.n_tests, "max_new_tokens": c.test_max_new_tokens})
 
     # ------------------------------------------------------------------ warm-up (step 0: the tester's notation)
     if not warmed and c.tester_warmup_steps and not label_free:
-        metrics = tester_warm_up(cfg, model, tokenizer, pool, task, compute)
+        metrics = tester_warm_up(cfg, tester, ttok, pool, task, compute, rehearse=not c.two_models, role=trole)
         maybe_checkpoint(cfg, session, 0, roles, force=True, extra={"compute": compute.tokens})
         session.logger.log(0, {**metrics, **compute.metrics()})
 
@@ -90,8 +119,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         questions = [p.question for p in problems]
         ro, codes = sampler.groups(model, tokenizer, questions, g, seed=derive_seed(cfg.seed, "rollout", step),
                                    bf16=cfg.train.bf16)                                  # [B*G]
-        tro, tests = sample_tests(cfg, model, tokenizer, questions, c.n_tests, derive_seed(cfg.seed, "tests", step))
-        for role, r in (("gen", ro), ("gen", tro)):
+        tro, tests = sample_tests(cfg, tester, ttok, task, questions, c.n_tests, derive_seed(cfg.seed, "tests", step))
+        for role, r in (("gen", ro), (trole, tro)):
             forward, generated = rollout_tokens(r)
             compute.add(role, forward=forward, generated=generated)
         timer.lap("gen", rollout_tokens(ro)[1] + rollout_tokens(tro)[1])
@@ -114,21 +143,28 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             test_a += (normalise(rt) if rt is not None else None) or [0.0] * M
         timer.lap("reward")
 
-        # -------------------------------------------------------------- one update: the coder's and the tester's losses
+        # -------------------------------------------------------------- the update: the coder's and the tester's losses
+        # (one model: both losses, one optimizer step; two models: each role's loss steps its own)
         zero_grads(model)
+        if c.two_models:
+            zero_grads(tester)
         sampler.before_update()
         mask = ro.completion_mask.clone()
         if g.mask_truncated:
             mask[ro.truncated] = 0
         st = policy_backward(model, ro, torch.tensor(code_a), mask, g, bf16=cfg.train.bf16,
                              micro_batch_size=cfg.train.micro_batch_size)
-        tst = (policy_backward(model, tro, torch.tensor(test_a), tro.completion_mask, gt_tester, bf16=cfg.train.bf16,
+        tst = (policy_backward(tester, tro, torch.tensor(test_a), tro.completion_mask, gt_tester, bf16=cfg.train.bf16,
                                micro_batch_size=cfg.train.micro_batch_size) if c.train_tester else {})
         grad_norm = optimizer_step(model, opt, cfg.train.max_grad_norm)
         sched.step()
+        if c.two_models and c.train_tester:
+            tst["grad_norm"] = optimizer_step(tester, topt, cfg.train.max_grad_norm)
+            tsched.step()
         sampler.after_update(model)
+        for role, s in (("gen", st), (trole, tst)):
+            compute.add(role, trained=s.get("tokens_trained", 0) + s.get("prompt_tokens_trained", 0))
         trained = sum(s.get("tokens_trained", 0) + s.get("prompt_tokens_trained", 0) for s in (st, tst))
-        compute.add("gen", trained=trained)
         timer.lap("update", trained)
 
         # -------------------------------------------------------------- log / eval / checkpoint
@@ -151,5 +187,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
 
     # ------------------------------------------------------------------ final evaluation
-    results = {"cure": cure_evaluation(cfg, model, tokenizer, task, cfg.eval.splits), "compute": compute.summary()}
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results)
+    results = {"cure": cure_evaluation(cfg, model, tokenizer, task, cfg.eval.splits, tester=(tester, ttok)),
+               "compute": compute.summary()}
+    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results,
+                  other_models={"tester": (tester, ttok)} if c.two_models else None)

@@ -2,9 +2,9 @@
 is read. Pure string functions; `parse` never raises.
 
 A from-scratch tester sees the mark and the problem and writes one test in the task's notation
-(`[1,2,3]>10` in the tiny code world: an input, `>`, the output the function must return); an
-instruction-tuned tester is asked the same in words. What a test line means is the task's business
-(`task.parse_test`).
+(`[1,2,3]>10` in the tiny code world: an input, `>`, the output the function must return; `assert
+add(2, 3) == 5` in humaneval and code_jsonl); an instruction-tuned tester is asked the same in words
+(the task's `test_notation`). What a test line means is the task's business (`task.parse_test`).
 """
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ PLAIN_MARK = "@test"
 """The start of a from-scratch tester's prompt: the mark, a space, the problem, a newline."""
 
 CHAT_INSTRUCTION = (
-    "Here is a programming problem:\n\n{question}\n\nWrite one unit test for a correct solution: an input "
-    "and the output the function must return for it, on one line as input>output (for example [1,2,3]>6). "
-    "Write only the test.")
+    "Here is a programming problem:\n\n{question}\n\nWrite one unit test for a correct solution, as "
+    "{notation}. Write only the test.")
 
 MAX_TEST_CHARS = 200
 """A test line longer than this is malformed."""
@@ -24,14 +23,15 @@ def plain_prompt(question: str) -> str:
     return f"{PLAIN_MARK} {question}\n"
 
 
-def chat_messages(question: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": CHAT_INSTRUCTION.format(question=question)}]
+def chat_messages(question: str, notation: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": CHAT_INSTRUCTION.format(question=question, notation=notation)}]
 
 
 def parse(text: str) -> str | None:
-    """The test line a tester wrote: its first non-empty line, stripped of spaces and backticks; None
-    when there is none or it is longer than MAX_TEST_CHARS."""
+    """The test line a tester wrote: its first non-empty line that is not a code fence (```, ```python),
+    stripped of spaces and backticks; None when there is none or it is longer than MAX_TEST_CHARS."""
     if not isinstance(text, str):
         return None
-    line = next((ln.strip().strip("`").strip() for ln in text.split("\n") if ln.strip()), "")
+    lines = (ln.strip() for ln in text.split("\n"))
+    line = next((ln.strip("`").strip() for ln in lines if ln and not ln.startswith("```")), "")
     return line if line and len(line) <= MAX_TEST_CHARS else None

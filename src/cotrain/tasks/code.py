@@ -12,10 +12,14 @@ prompt's stub (the prompt's imports and helpers stay in front of it).
 
 The answer of a problem is its tests, which never enter the sandbox's program and are stripped when a
 problem is blinded (`tasks.base.blind` keeps no test).
+
+Both tasks serve the CURE recipe: a suite's literal assertions (`assert candidate(2, 3) == 5`) are the
+problem's unit tests, run in the execution matrix, and a tester writes one such assertion per test.
 """
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -50,7 +54,95 @@ def extract_program(prompt: str, completion: str, entry: str) -> str:
     return prompt + block
 
 
-class HumanEvalTask(_FileTask):
+# ---------------------------------------------------------------------- unit tests as assertion lines (CURE)
+
+
+def _literal(node: ast.AST):
+    """The value of a literal expression that survives a JSON round trip unchanged in meaning (numbers,
+    strings, booleans, None, lists and tuples of them, dicts with string keys); raises ValueError else."""
+    value = ast.literal_eval(node)
+    text = json.dumps(value, allow_nan=False)
+    if len(text) > 2000:
+        raise ValueError("too long")
+    return value
+
+
+def parse_assertion(line: str, names: tuple[str, ...] | None = None) -> tuple[list, object] | None:
+    """A test written as one assertion, `assert f(1, [2, 3]) == 6` (either side of the `==`), as
+    (positional arguments, expected value): literals only, any function name unless `names` lists the
+    allowed ones. None for anything else (keyword arguments, `abs(...) < eps`, several statements).
+    Never raises."""
+    if not isinstance(line, str) or len(line) > 4000:
+        return None
+    try:
+        tree = ast.parse(line.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return None
+    test = tree.body[0].test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return None
+    for call, other in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.keywords):
+            continue
+        if names is not None and call.func.id not in names:
+            continue
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        try:
+            return [_literal(a) for a in call.args], _literal(other)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            return None
+    return None
+
+
+def literal_tests(check: str, entry: str) -> list[tuple[list, object]]:
+    """The tests of a suite that are one literal assertion each (`assert candidate(2, 3) == 5`, or the
+    function by name): what a tester can write and a matrix can run. Other assertions (`abs(...) < eps`,
+    loops, helpers) are left out."""
+    try:
+        tree = ast.parse(check)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert):
+            test = parse_assertion(ast.unparse(node), names=("candidate", entry))
+            if test is not None:
+                out.append(test)
+    return out
+
+
+class _UnitTests:
+    """What the CURE recipe needs of a function-writing task whose tests are assertions: the literal
+    tests of a problem, one test as a line in the tester's notation (`assert name(args) == expected`),
+    and the program a completion stands for."""
+
+    test_notation = ("a single Python assertion line that calls the function with literal arguments and "
+                     "compares the result with the expected literal value, for example "
+                     "assert add(2, 3) == 5")
+
+    def tests_of(self, problem: Problem) -> list[tuple[list, object]]:
+        """The problem's literal ground-truth tests, (arguments, expected). LabelLeak when blinded."""
+        labelled(problem)
+        return literal_tests(problem.answer, problem.meta["entry_point"])
+
+    def test_line(self, args: list, expected, problem: Problem | None = None) -> str:
+        name = problem.meta["entry_point"] if problem is not None else "f"
+        return f"assert {name}({', '.join(map(repr, args))}) == {expected!r}"
+
+    def parse_test(self, line: str | None) -> tuple[list, object] | None:
+        return parse_assertion(line) if isinstance(line, str) else None
+
+    def arguments(self, args: list) -> list:
+        return list(args)
+
+    def entry_of(self, problem: Problem) -> str:
+        return problem.meta["entry_point"]
+
+
+class HumanEvalTask(_UnitTests, _FileTask):
     """HumanEval: 164 functions to write from their docstrings, graded by their tests in the sandbox.
 
     answer: the test code; solution: the prompt plus the reference body; meta: {"entry_point",
@@ -87,12 +179,16 @@ class HumanEvalTask(_FileTask):
         """Programs are the same answer when their text is (no vote finds meaning in more)."""
         return a == b
 
+    def program(self, completion: str, problem: Problem) -> str:
+        """The program a completion stands for (`extract_program`)."""
+        return extract_program(problem.question, completion, problem.meta["entry_point"])
+
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the program passes every test (sandbox.run_tests), else 0.0. Never raises, except
         LabelLeak on a blinded problem."""
         labelled(problem)
         entry = problem.meta["entry_point"]
-        program = extract_program(problem.question, completion, entry)
+        program = self.program(completion, problem)
         run = sandbox.run_tests(program, entry, problem.answer, context=problem.question, limits=self.limits)
         return float(run.status == "ok")
 
@@ -186,12 +282,18 @@ class CodeJsonlTask(HumanEvalTask):
         return Problem(question=prompt, answer=check, solution=solution,
                        meta={**meta, "entry_point": entry, "line": row["_line"]})
 
+    def program(self, completion: str, problem: Problem) -> str:
+        """The prompt continued by the completion (`prompt_is_code`), else the completion's code alone."""
+        if self.prompt_is_code:
+            return super().program(completion, problem)
+        return self.extract_answer(completion) or ""
+
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the program passes every test (sandbox.run_tests), else 0.0. Never raises, except
         LabelLeak on a blinded problem."""
         if self.prompt_is_code:
             return super().grade(completion, problem)
         labelled(problem)
-        program = self.extract_answer(completion) or ""
+        program = self.program(completion, problem)
         run = sandbox.run_tests(program, problem.meta["entry_point"], problem.answer, limits=self.limits)
         return float(run.status == "ok")

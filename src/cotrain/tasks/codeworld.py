@@ -170,13 +170,21 @@ class CodeWorldTask:
     # ------------------------------------------------------------------ unit tests (the CURE recipe)
 
     entry = "f"
+    test_notation = "one line, the input and the output the function must return, as input>output (for example [1,2,3]>6)"
+
+    def entry_of(self, problem: Problem) -> str:
+        return self.entry
+
+    def arguments(self, x: list) -> list:
+        """The call's positional arguments: f takes the one list."""
+        return [x]
 
     def tests_of(self, problem: Problem) -> list[tuple[list, object]]:
         """The problem's hidden ground-truth tests, (input, expected output) pairs. LabelLeak when blinded."""
         labelled(problem)
         return [(x, y) for x, y in json.loads(problem.answer)]
 
-    def test_line(self, x: list, y) -> str:
+    def test_line(self, x: list, y, problem: Problem | None = None) -> str:
         """A test in the tester's notation: `[1,2,3]>10`."""
         return f"{_show(x)}>{_show(y)}"
 
@@ -197,7 +205,7 @@ class CodeWorldTask:
             return None
         return x, y
 
-    def program(self, completion: str) -> str:
+    def program(self, completion: str, problem: Problem | None = None) -> str:
         return program_of(completion)
 
     def extract_answer(self, completion: str) -> str | None:

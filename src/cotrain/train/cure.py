@@ -25,9 +25,10 @@ from cotrain.train.update import supervised_step
 
 def require_unit_tests(task) -> None:
     """The recipe needs a code task whose tests a model can write (`parse_test`, `tests_of`, `program`)."""
-    if not all(hasattr(task, name) for name in ("parse_test", "tests_of", "program", "test_line")):
+    if not all(hasattr(task, name) for name in ("parse_test", "tests_of", "program", "test_line", "entry_of",
+                                                "arguments", "test_notation")):
         raise UserError(f"recipe cure needs a code task with unit tests in a notation a tester can write "
-                        f"(task: codeworld); task {task.name} has none")
+                        f"(task: codeworld, humaneval, code_jsonl); task {task.name} has none")
 
 
 @dataclass
@@ -40,10 +41,10 @@ class Matrix:
     reference_gen: list[bool]   # [m] the reference solution passes generated test j (metrics only; [] without)
 
 
-def sample_tests(cfg: RunConfig, model, tok, questions: list[str], n_tests: int, seed: int,
+def sample_tests(cfg: RunConfig, model, tok, task, questions: list[str], n_tests: int, seed: int,
                  temperature: float | None = None) -> tuple[Rollout, list[str]]:
-    """`n_tests` tester samples per question ([B*M] texts, each question's contiguous)."""
-    ro = generate(model, encode_tester_prompts(tok, questions), group_size=n_tests,
+    """`n_tests` tester samples per question ([B*M] texts, each question's contiguous), in the task's notation."""
+    ro = generate(model, encode_tester_prompts(tok, questions, task.test_notation), group_size=n_tests,
                   max_new_tokens=cfg.cure.test_max_new_tokens, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
                   temperature=cfg.grpo.temperature if temperature is None else temperature, seed=seed,
                   bf16=cfg.train.bf16)
@@ -60,12 +61,12 @@ def execution_matrices(task, problems: list[Problem], codes: list[list[str]], te
         gt = task.tests_of(problem) if use_gt else []
         parsed = [task.parse_test(tester.parse(t)) for t in tests[i]]
         inputs = [x for x, _ in gt] + [p[0] for p in parsed if p is not None]
-        programs = [task.program(c) for c in codes[i]]
+        programs = [task.program(c, problem) for c in codes[i]]
         if truth is not None:
-            programs.append(task.program(truth[i].solution or ""))
+            programs.append(task.program(truth[i].solution or "", truth[i]))
         distinct = list(dict.fromkeys(programs))
         for program in distinct:
-            jobs.append((program, task.entry, [[x] for x in inputs]))
+            jobs.append((program, task.entry_of(problem), [task.arguments(x) for x in inputs]))
             where.append((i, program))
         plans.append((gt, parsed, programs))
     runs = dict(zip(where, sandbox.run_many(jobs, task.limits))) if jobs else {}
@@ -87,14 +88,16 @@ def _spread(verdicts: list[bool], columns: list[int], m: int) -> list[bool]:
     return [at.get(j, False) for j in range(m)]
 
 
-def tester_warm_up(cfg: RunConfig, model, tok, pool: list[Problem], task, compute: Compute) -> dict[str, float]:
+def tester_warm_up(cfg: RunConfig, model, tok, pool: list[Problem], task, compute: Compute, *,
+                   rehearse: bool = True, role: str = "gen") -> dict[str, float]:
     """SFT of the tester role on ground-truth tests written in the task's notation (labels: `cure` only).
 
-    The coder and the tester are one model: half of each batch rehearses the coder on reference solutions
-    (where the problems have them), without which the warm-up erases it (300 tester-only steps took a
-    codeworld coder from 0.70 sampled accuracy to 0.0)."""
+    `rehearse` (the coder and the tester are one model): half of each batch rehearses the coder on
+    reference solutions (where the problems have them), without which the warm-up erases it (300
+    tester-only steps took a codeworld coder from 0.70 sampled accuracy to 0.0). A separate tester
+    model (`cure.two_models`) learns tests alone. `role`: the compute account charged."""
     steps = cfg.cure.tester_warmup_steps
-    solved = [p for p in pool if p.solution]
+    solved = [p for p in pool if p.solution] if rehearse else []
     opt, sched = make_optimizer(model, cfg.train.model_copy(update={"lr": cfg.verifier.warmup_sft_lr,
                                                                     "warmup_steps": 10, "schedule": "constant"}), steps)
     rng = random.Random(derive_seed(cfg.seed, "tester-warmup"))
@@ -102,16 +105,16 @@ def tester_warm_up(cfg: RunConfig, model, tok, pool: list[Problem], task, comput
     size = cfg.verifier.warmup_batch_size
     for _ in range(steps):
         batch = [rng.choice(pool) for _ in range(size - size // 2 if solved else size)]
-        targets = [task.test_line(*rng.choice(task.tests_of(p))) for p in batch]
+        targets = [task.test_line(*rng.choice(task.tests_of(p)), p) for p in batch]
         rehearsed = [rng.choice(solved) for _ in range(size // 2)] if solved else []
-        prompts = (encode_tester_prompts(tok, [p.question for p in batch])
+        prompts = (encode_tester_prompts(tok, [p.question for p in batch], task.test_notation)
                    + encode_generator_prompts(tok, [p.question for p in rehearsed]))
         completions = [encode_completion(tok, t) for t in targets] + [encode_completion(tok, p.solution) for p in rehearsed]
         st = supervised_step(model, opt, prompts, completions, tok.pad_token_id,
                              max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
                              micro_batch_size=cfg.train.micro_batch_size)
         sched.step()
-        compute.add("gen", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
+        compute.add(role, trained=st["tokens_trained"] + st["prompt_tokens_trained"])
         losses.append(st["loss"])
     tail = losses[-max(1, len(losses) // 10):]
     return {"test/warmup_loss": sum(tail) / len(tail)} if losses else {}
@@ -138,15 +141,19 @@ def matrix_metrics(matrices: list[Matrix], prefix: str = "") -> dict[str, float]
             f"{prefix}test_accuracy": mean(right), f"{prefix}test_discrimination": mean(rejected)}
 
 
-def cure_evaluation(cfg: RunConfig, model, tok, task, splits: list[str]) -> dict[str, dict[str, float]]:
+def cure_evaluation(cfg: RunConfig, model, tok, task, splits: list[str], tester: tuple | None = None
+                    ) -> dict[str, dict[str, float]]:
     """Per split, on `cure.eval_problems` problems: N = `cure.eval_codes` sampled codes and M =
     `cure.eval_tests` generated tests each; `code_acc` (a sample's accuracy, i.e. pass@1 sampled),
     `bon_acc` (Best-of-N picked by the generated tests, CURE's headline), `test_accuracy`,
-    `test_discrimination`, `test_parsable` (see `matrix_metrics`)."""
+    `test_discrimination`, `test_parsable` (see `matrix_metrics`). `tester`: (model, tokenizer) of a
+    separate tester (default: the coder in its tester prompt)."""
     c = cfg.cure
     out = {}
-    was_training = model.training
-    model.eval()
+    tester_model, ttok = tester or (model, tok)
+    modes = [(m, m.training) for m in {id(model): model, id(tester_model): tester_model}.values()]
+    for m, _ in modes:
+        m.eval()
     for split in splits:
         if split not in task.splits:
             continue
@@ -157,11 +164,13 @@ def cure_evaluation(cfg: RunConfig, model, tok, task, splits: list[str]) -> dict
                        temperature=cfg.grpo.temperature, seed=derive_seed(cfg.seed, "cure-eval-codes", split),
                        bf16=cfg.train.bf16)
         codes = decode_completions(tok, cro.completion_ids, cro.completion_mask)
-        _, tests = sample_tests(cfg, model, tok, questions, c.eval_tests, derive_seed(cfg.seed, "cure-eval-tests", split))
+        _, tests = sample_tests(cfg, tester_model, ttok, task, questions, c.eval_tests,
+                                derive_seed(cfg.seed, "cure-eval-tests", split))
         per_code, per_test = c.eval_codes, c.eval_tests
         matrices = execution_matrices(task, problems, [codes[i * per_code:(i + 1) * per_code] for i in range(len(problems))],
                                       [tests[i * per_test:(i + 1) * per_test] for i in range(len(problems))],
                                       truth=problems, use_gt=True)
         out[split] = {"n": len(problems), **matrix_metrics(matrices)}
-    model.train(was_training)
+    for m, was_training in modes:
+        m.train(was_training)
     return out
