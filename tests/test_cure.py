@@ -86,6 +86,15 @@ def test_a_test_line_reads_as_input_and_output_or_not_at_all(text, read):
         assert (tuple(x), tuple(y) if isinstance(y, list) else y) == read
 
 
+@pytest.mark.parametrize("text, line", [
+    ("```python\nassert add(2, 3) == 5\n```", "assert add(2, 3) == 5"),
+    ("Here is a test:\n\n`assert add(2, 3) == 5`\nIt checks a sum.", "assert add(2, 3) == 5"),
+    ("```\n[1,2]>3\n```", "[1,2]>3"), ("\n  [1,2]>3  \nassertion", "[1,2]>3"), ("```\n```", None),
+])
+def test_the_tester_line_is_the_first_assertion_else_the_first_line_outside_fences(text, line):
+    assert tester.parse(text) == line
+
+
 @pytest.mark.parametrize("line, read", [
     ("assert f(1, 2) == 3", ([1, 2], 3)),
     ("assert 3 == add([1], 'a')", ([[1], "a"], 3)),            # either side of the ==, any function name

@@ -28,10 +28,11 @@ def chat_messages(question: str, notation: str) -> list[dict[str, str]]:
 
 
 def parse(text: str) -> str | None:
-    """The test line a tester wrote: its first non-empty line that is not a code fence (```, ```python),
-    stripped of spaces and backticks; None when there is none or it is longer than MAX_TEST_CHARS."""
+    """The test line a tester wrote: its first line that begins with `assert` (a chat model's test
+    among its words), else its first non-empty line that is not a code fence (```, ```python), stripped
+    of spaces and backticks; None when there is none or it is longer than MAX_TEST_CHARS."""
     if not isinstance(text, str):
         return None
-    lines = (ln.strip() for ln in text.split("\n"))
-    line = next((ln.strip("`").strip() for ln in lines if ln and not ln.startswith("```")), "")
+    lines = [ln.strip().strip("`").strip() for ln in text.split("\n") if not ln.strip().startswith("```")]
+    line = next((ln for ln in lines if ln.startswith("assert ")), None) or next((ln for ln in lines if ln), "")
     return line if line and len(line) <= MAX_TEST_CHARS else None
