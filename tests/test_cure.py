@@ -304,6 +304,12 @@ def test_code_jsonl_reads_mbpp_and_humaneval_shaped_files(tmp_path):
     assert task.grade("def rev(x):\n    return x\n", p) == 0.0
     assert task.grade("import sys\nprint('PASSED')\nsys.exit(0)\n", p) == 0.0
     assert task.grade("", p) == 0.0 and task.grade(None, p) == 0.0
+    # its unit tests (the cure recipe): the literal assertions, called by name; the program is the code alone
+    assert task.tests_of(p) == [([[1, 2]], [2, 1]), ([[]], [])]
+    assert task.test_line([[1, 2]], [2, 1], p) == "assert rev([1, 2]) == [2, 1]"
+    [m] = execution_matrices(task, [p], [["def rev(x):\n    return x[::-1]", "def rev(x):\n    return x"]],
+                             [["assert rev([3, 4]) == [4, 3]"]], truth=[p], use_gt=True)
+    assert m.gt == [[T, T], [F, T]] and m.gen == [[T], [F]] and m.reference_gen == [T]
 
     he = tmp_path / "he.jsonl"
     he.write_text(json.dumps({"prompt": "def add(x, y):\n    \"\"\"x plus y\"\"\"\n", "entry_point": "add",
