@@ -95,7 +95,11 @@ def test_grpo_fixed_seed_regression(sft_run, tmp_path):
     cfg = build_config(nano_config("grpo", init=str(start), **GRPO_GOLDEN_CONFIG))
     grpo.run(cfg, tmp_path / "a")
     cfg2 = build_config(nano_config("grpo", init=str(start), **GRPO_GOLDEN_CONFIG))
+    cfg2.eval.at_start = True  # a step-0 evaluation, which must not change the training that follows
     grpo.run(cfg2, tmp_path / "b")
+    [first] = [r for r in _rows(tmp_path / "b") if r["step"] == 0]
+    assert set(first) - {"step", "time"} == {"eval/test/pass@1"} and 0 <= first["eval/test/pass@1"] <= 1
+    assert not any(r["step"] == 0 for r in _rows(tmp_path / "a"))
     ra = [r for r in _rows(tmp_path / "a") if "gen/reward" in r]
     rb = [r for r in _rows(tmp_path / "b") if "gen/reward" in r]
     def strip(rows):

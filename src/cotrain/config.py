@@ -367,6 +367,8 @@ class EvalConfig(_Section):
     batch_size: int = Field(256, ge=1, description="Sequences per generation batch.")
     every: int = Field(0, ge=0, description="Greedy eval during training every N steps (0: only at the end).")
     n_during: int = Field(200, ge=1, description="Problems of the first split evaluated during training.")
+    at_start: bool = Field(False, description=(
+        "Also evaluate during training before the first step (logged at step 0): curves start at the start."))
 
 
 class CheckpointConfig(_Section):

@@ -23,6 +23,14 @@ def eval_during_training(cfg: RunConfig, model, tokenizer, task: Task) -> dict[s
     return {f"eval/{split}/pass@1": m["pass@1"]}
 
 
+def eval_at_start(cfg: RunConfig, session, model, tokenizer, task: Task) -> None:
+    """With `eval.at_start`, the greedy pass@1 of `eval_during_training` before a fresh run's first step,
+    logged at step 0: every curve then starts at the start. Leaves the model in train mode."""
+    if cfg.eval.at_start and session.start_step == 0:
+        session.logger.log(0, eval_during_training(cfg, model, tokenizer, task))
+        model.train()
+
+
 def injected_heldout(cfg: RunConfig, task: Task) -> list:
     """`tango.eval_n` problems of the first eval split, each with a reference solution whose error (if
     any) was injected at a known step: the fixed set a verifier is evaluated on during training."""

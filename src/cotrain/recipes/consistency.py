@@ -37,7 +37,7 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_during_training, eval_verifier_during, injected_heldout
+from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifier_during, injected_heldout
 from cotrain.eval.verifier_metrics import verdict_metrics
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
@@ -116,6 +116,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         warm_up(cfg, session, roles, task, pool, ver_rl, eval_verifier)
 
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    eval_at_start(cfg, session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- generator rollout

@@ -44,7 +44,7 @@ import torch
 
 from cotrain.config import RunConfig
 from cotrain.errors import UserError
-from cotrain.eval.during import eval_during_training
+from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.rl.cure import case_rewards, code_rewards, normalise
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
@@ -112,6 +112,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         session.logger.log(0, {**metrics, **compute.metrics()})
 
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    eval_at_start(cfg, session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- codes and tests

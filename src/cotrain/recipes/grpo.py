@@ -29,7 +29,7 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_during_training
+from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.eval.metrics import majority_gap
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages
@@ -62,6 +62,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     n_prompts = cfg.train.batch_size // g.group_size
     level, recent = session.state.get("level", 0), list(session.state.get("recent_acc", []))
 
+    eval_at_start(cfg, session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- rollout

@@ -19,7 +19,7 @@ import torch
 
 from cotrain.config import RunConfig
 from cotrain.errors import UserError
-from cotrain.eval.during import eval_during_training, eval_kwargs
+from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
 from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
@@ -45,6 +45,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ loop
     step = session.start_step
+    eval_at_start(cfg, session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         if session.stopped:  # resumed after the stopping rule fired: nothing left to train
             step -= 1

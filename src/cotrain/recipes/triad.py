@@ -51,7 +51,7 @@ import random
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_during_training
+from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import group_advantages
@@ -114,6 +114,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     if not warmed and sp.proposer_warmup_steps:
         proposer_warm_up(cfg, session, m, seeds, compute, older, state())
 
+    eval_at_start(cfg, session, solver, tok, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         lr_scale = safeguard.step_scale(step, timer)  # < 1 where label-free signals distrust the judge
