@@ -23,7 +23,8 @@ from cotrain.tasks import Problem, make_task
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task, default_data_dir, extract_gsm8k_answer
 
 REAL = Path(__file__).resolve().parents[1] / "configs" / "real"
-CONFIGS = sorted(p for p in REAL.glob("*.yaml") if not p.stem.startswith("smollm2_"))  # one per recipe, on GSM8K
+CODE_CONFIGS = [REAL / "cure.yaml"]  # code co-training: a HumanEval-format file the user brings, then HumanEval
+CONFIGS = sorted(p for p in REAL.glob("*.yaml") if not p.stem.startswith("smollm2_") and p not in CODE_CONFIGS)  # on GSM8K
 CPU_CONFIGS = sorted(REAL.glob("smollm2_*.yaml"))  # the real SmolLM2 sized for a CPU: tests/test_real_model.py
 DATA = default_data_dir()
 needs_data = pytest.mark.skipif(not all((DATA / f).is_file() for f in ("gsm8k_train.jsonl", "gsm8k_test.jsonl",
@@ -38,6 +39,20 @@ FAST = ["--prompts", "1", "--max-new-tokens", "16"]  # a check's rollout on one 
 def test_every_recipe_has_a_real_config():
     assert {c.stem for c in CONFIGS} == {"sft", "grpo", "frozen_verifier", "tango", "consistency", "triad",
                                          "reliability"}
+    assert all(p.is_file() for p in CODE_CONFIGS)
+
+
+def test_the_cure_config_names_its_model_in_one_line_and_tests_on_humaneval():
+    path = REAL / "cure.yaml"
+    cfg = load_config(path)
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    named = [line for line in lines if re.search(r"\bpath:", line)]
+    assert len(named) == 1 and named[0].startswith("model:") and cfg.model.path in named[0]
+    assert cfg.recipe == "cure" and cfg.task.name == "code_jsonl" and cfg.train.bf16 is True
+    assert cfg.task.options()["splits"]["test"].endswith("shared/data/humaneval.jsonl.gz")
+    # the training file is the user's: one override
+    train = load_config(path, ["task.splits.train=/data/mine.jsonl"]).task.options()["splits"]["train"]
+    assert train == "/data/mine.jsonl"
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -74,7 +89,7 @@ def test_real_rl_configs_share_the_generator_settings():
 
 def test_readme_covers_every_real_config():
     readme = (REAL / "README.md").read_text()
-    for path in CONFIGS + CPU_CONFIGS:
+    for path in CONFIGS + CPU_CONFIGS + CODE_CONFIGS:
         assert f"{path.stem}.yaml" in readme, path.stem
     for needle in ("model.path=", "torchrun --nproc_per_node", "--rdzv_backend c10d", "--rdzv_endpoint"):
         assert needle in readme, needle
@@ -202,6 +217,24 @@ def test_check_starts_real_config_on_standin(standins, capsys, name, arch, cls, 
     assert ("verify" in report) == (name not in ("grpo", "sft"))  # a verifier or judge checks the first sample
     pool = 512 if name in ("triad", "reliability") else 7473  # self-play reads selfplay.seed_questions of them
     assert f"training pool {pool} problems; evaluation test 1319, ood 500" in report["task"]
+
+
+@pytest.mark.skipif(not (DATA / "humaneval.jsonl.gz").is_file(), reason=f"shared data files absent: {DATA}")
+def test_check_starts_the_cure_config_on_a_standin(standins, capsys, tmp_path):
+    """The code config on a stand-in: codes and tests sampled, the first group's execution matrix run in the
+    sandbox against the problem's literal assertions."""
+    import gzip
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(gzip.open(DATA / "humaneval.jsonl.gz", "rt").readlines()[:5]))
+    code = main(["check", str(REAL / "cure.yaml"), f"model.path={standins['qwen2']}", f"task.splits.train={train}",
+                 f"task.splits.test={DATA / 'humaneval.jsonl.gz'}", "cure.n_tests=2", "cure.test_max_new_tokens=8",
+                 *FAST])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = dict(line.split(None, 1) for line in out.splitlines()[1:-1] if not line.startswith(" "))
+    assert "training pool 5 problems; evaluation test 164" in report["task"]
+    assert re.search(r"first problem: \d/2 tests parse .*execution matrix of 16 codes x \(\d+ ground-truth", report["tests"])
 
 
 @needs_data

@@ -114,7 +114,6 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ warm-up (step 0: RL on pseudo-labels, if any)
     if not warmed:
         warm_up(cfg, session, roles, task, pool, ver_rl, eval_verifier)
-
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     eval_at_start(cfg, session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):

@@ -43,7 +43,6 @@ from __future__ import annotations
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.errors import UserError
 from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.rl.cure import case_rewards, code_rewards, normalise
 from cotrain.runs.rundir import list_checkpoints
@@ -56,18 +55,12 @@ from cotrain.train.cure import (
     matrix_metrics,
     require_unit_tests,
     sample_tests,
+    tester_role,
     tester_warm_up,
+    with_unit_tests,
 )
 from cotrain.train.rollout import Sampler, rollout_metrics, rollout_tokens
-from cotrain.train.setup import (
-    build_task,
-    derive_seed,
-    initial_model,
-    initial_verifier,
-    make_optimizer,
-    sample_batch,
-    training_pool,
-)
+from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import optimizer_step, policy_backward, zero_grads
 
 
@@ -81,22 +74,14 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model, tokenizer = initial_model(cfg)
     model.train()
     labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
-    if not label_free:  # problems none of whose tests a matrix can run (no literal assertion) train no one
-        labelled_pool = [p for p in labelled_pool if task.tests_of(p)]
-        if not labelled_pool:
-            raise UserError(f"task {task.name}: no training problem has a test of the form "
-                            "`assert f(literal args) == literal` (what the execution matrix runs)")
+    labelled_pool = labelled_pool if label_free else with_unit_tests(task, labelled_pool)
     pool = blind(labelled_pool) if label_free else labelled_pool
     truth = {p.question: p for p in labelled_pool}  # labelled copies: the gt/ metrics of cure_label_free read them
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
+    tester, ttok, topt, tsched = tester_role(cfg) if c.two_models else roles["generator"]
     if c.two_models:
-        tester, ttok = initial_verifier(cfg)
-        tester.train()
-        topt, tsched = make_optimizer(tester, cfg.train, cfg.train.steps)
         roles["tester"] = (tester, ttok, topt, tsched)
-    else:
-        tester, ttok, topt, tsched = model, tokenizer, opt, sched
     trole = "test" if c.two_models else "gen"   # the compute account of the tester's tokens
     warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)

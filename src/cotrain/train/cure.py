@@ -19,7 +19,7 @@ from cotrain.rl.cure import best_of_n
 from cotrain.roles import tester
 from cotrain.tasks.base import Problem
 from cotrain.train.compute import Compute
-from cotrain.train.setup import derive_seed, make_optimizer
+from cotrain.train.setup import derive_seed, initial_verifier, make_optimizer
 from cotrain.train.update import supervised_step
 
 
@@ -29,6 +29,24 @@ def require_unit_tests(task) -> None:
                                                 "arguments", "test_notation")):
         raise UserError(f"recipe cure needs a code task with unit tests in a notation a tester can write "
                         f"(task: codeworld, humaneval, code_jsonl); task {task.name} has none")
+
+
+def with_unit_tests(task, pool: list[Problem]) -> list[Problem]:
+    """The problems with a ground-truth test the matrix can run (a literal assertion, in humaneval and
+    code_jsonl): the others would train no one. UserError when none has one."""
+    kept = [p for p in pool if task.tests_of(p)]
+    if not kept:
+        raise UserError(f"task {task.name}: no training problem has a test of the form "
+                        "`assert f(literal args) == literal` (what the execution matrix runs)")
+    return kept
+
+
+def tester_role(cfg: RunConfig) -> tuple:
+    """`cure.two_models`: the tester's (model, tokenizer, optimizer, scheduler), the model built as tango
+    builds its verifier (`verifier.model`, `verifier.init`, else the run's start), AdamW at train.lr."""
+    tester, ttok = initial_verifier(cfg)
+    tester.train()
+    return (tester, ttok, *make_optimizer(tester, cfg.train, cfg.train.steps))
 
 
 @dataclass
