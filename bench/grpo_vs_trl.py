@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -263,6 +264,7 @@ def summarize(r: dict) -> dict:
         "reward, last 5 steps": statistics.fmean(r["reward"][-5:]),
         "completion length, mean": statistics.fmean(r["len_mean"]),
         "completions clipped at L": statistics.fmean(r["clipped"]),
+        "peak RSS GiB": r["peak_rss_gib"],
     }
 
 
@@ -293,6 +295,8 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
         result = run_cotrain(args) if args.side == "cotrain" else run_trl(args)
         result["threads"] = torch.get_num_threads()
+        # the side's peak resident memory (this fresh interpreter alone; kilobytes on Linux)
+        result["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         (OUT / f"{args.side}.json").write_text(json.dumps(result) + "\n")
         return
 
