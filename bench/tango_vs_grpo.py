@@ -40,6 +40,8 @@ def main(argv=None) -> None:
     ap.add_argument("--solutions", type=int, default=32, help="solutions per verifier step (configs/tango.yaml: 32)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (default: fp32)")
+    ap.add_argument("--micro-batch", type=int, default=None,
+                    help="train.micro_batch_size of both sides (groups chunked by length; default: whole batches)")
     args = ap.parse_args(argv)
 
     import torch
@@ -55,6 +57,7 @@ def main(argv=None) -> None:
     common = {
         "seed": 0, "init": str(START), "task": dict(TASK),
         "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": 1e-4, "n_problems": 2000,
+                  "micro_batch_size": args.micro_batch,
                   "bf16": args.bf16},
         "grpo": {"group_size": args.group_size, "max_new_tokens": args.max_new_tokens},
         "eval": {"splits": ["test"], "n": 32, "k": 0, "every": 0},

@@ -53,6 +53,34 @@ def test_micro_batches_hold_whole_groups():
     assert [c.tolist() for c in micro_batches(groups, 4, 3)] == [[0], [1], [2], [3], [4]]  # at least one group
     assert [c.tolist() for c in micro_batches(groups, 4, None)] == [[0, 1, 2, 3, 4]]
     assert micro_batches(torch.arange(0), 4, 8) == []
+    # with lengths: chunks of like lengths, in order of length (ties keep their order)
+    lengths = torch.tensor([30, 10, 20, 10, 40])
+    assert [c.tolist() for c in micro_batches(groups, 4, 8, lengths)] == [[1, 3], [2, 0], [4]]
+    assert [c.tolist() for c in micro_batches(groups, 4, None, lengths)] == [[0, 1, 2, 3, 4]]  # one chunk: as is
+
+
+def test_a_micro_batch_runs_at_its_own_length_with_the_same_logprobs():
+    """Log-probs of a chunk of short groups, run without the columns only other groups use, equal those
+    of the full-width batch (float64: within 1e-12), and are 0 past the chunk's longest completion."""
+    from cotrain.models.generate import group_logprobs
+    from cotrain.models.prompts import encode_generator_prompts
+    from cotrain.train.update import _logprobs, group_lengths
+
+    model, tok = build_model(ModelConfig(preset="nano"), seed=0)
+    model = model.double().eval()
+    prompts = encode_generator_prompts(tok, ["1+2", "12+34-56+78-9+10"])
+    ro = generate(model, prompts, group_size=2, max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                  temperature=1.0, seed=3)
+    ro.completion_mask[:2, 5:] = 0  # the short prompt's group: completions of at most 5 tokens
+    g = GrpoConfig(group_size=2, max_new_tokens=12)
+    full, _ = group_logprobs(model, ro.prompt_ids[::2], ro.prompt_mask[::2], ro.completion_ids, ro.completion_mask, 2)
+    short, rows = _logprobs(model, ro, torch.tensor([0]), g, False)
+    assert rows.tolist() == [0, 1] and short.shape == (2, ro.completion_ids.shape[1])
+    assert ro.prompt_mask[0].sum() < ro.prompt_mask.shape[1]  # its prompt is padded: the pads are left out
+    m = ro.completion_mask[:2].bool()
+    assert torch.allclose(short[m], full[:2][m], atol=1e-12, rtol=0) and (short[:, 5:] == 0).all()
+    assert group_lengths(ro, 2).tolist() == [int(ro.prompt_mask[0].sum()) + 5,
+                                             int(ro.prompt_mask[2].sum() + ro.completion_mask[2:].sum(-1).max())]
 
 
 def test_step_timer_splits_time_and_counts_tokens_per_second(monkeypatch):

@@ -37,22 +37,44 @@ def my_share(items: torch.Tensor) -> torch.Tensor:
     return items[r.start:r.stop]
 
 
-def micro_batches(groups: torch.Tensor, group_size: int, micro_batch_size: int | None) -> list[torch.Tensor]:
+def micro_batches(groups: torch.Tensor, group_size: int, micro_batch_size: int | None,
+                  lengths: torch.Tensor | None = None) -> list[torch.Tensor]:
     """`groups` in chunks of whole groups holding at most `micro_batch_size` sequences (at least one
-    group each); one chunk when micro_batch_size is None."""
+    group each); one chunk when micro_batch_size is None. With `lengths` (each group's padded length,
+    indexed by group) the groups are chunked in order of length, so that a chunk holds groups of like
+    lengths and pads little (`_logprobs` runs a chunk at its own length)."""
     if not len(groups):
         return []
     per = len(groups) if micro_batch_size is None else max(1, micro_batch_size // group_size)
+    if lengths is not None and per < len(groups):
+        groups = groups[torch.argsort(lengths[groups], stable=True)]
     return list(groups.split(per))
 
 
+def group_lengths(ro: Rollout, group_size: int) -> torch.Tensor:
+    """[B] each group's length as a micro-batch pads it: its prompt plus its longest completion."""
+    prompt = ro.prompt_mask[::group_size].sum(-1)
+    completion = ro.completion_mask.sum(-1).view(-1, group_size).amax(-1)
+    return prompt + completion
+
+
 def _logprobs(model, ro: Rollout, groups: torch.Tensor, g: GrpoConfig, bf16: bool):
-    """Log-probs [b*G, T] of the completions of `groups` (indices of prompts), each prompt run once."""
+    """Log-probs [b*G, T] of the completions of `groups` (indices of prompts), each prompt run once, at
+    the chunk's own lengths: prompt columns no prompt of the chunk uses (left padding) and completion
+    columns past its longest completion are left out of the passes (their log-probs are 0, outside
+    every mask); the same log-probs up to float rounding."""
     gs = g.group_size
     rows = (groups[:, None] * gs + torch.arange(gs)).reshape(-1)                  # [b*G]
-    (logp, _) = group_logprobs(model, ro.prompt_ids[groups * gs], ro.prompt_mask[groups * gs],
-                               ro.completion_ids[rows], ro.completion_mask[rows], gs,
+    p_ids, p_mask = ro.prompt_ids[groups * gs], ro.prompt_mask[groups * gs]
+    c_ids, c_mask = ro.completion_ids[rows], ro.completion_mask[rows]
+    used = p_mask.any(0).nonzero()
+    start = int(used[0]) if len(used) else 0
+    filled = c_mask.any(0).nonzero()
+    end = int(filled[-1]) + 1 if len(filled) else 1
+    (logp, _) = group_logprobs(model, p_ids[:, start:], p_mask[:, start:], c_ids[:, :end], c_mask[:, :end], gs,
                                temperature=g.temperature, bf16=bf16)
+    if end < c_ids.shape[1]:
+        logp = torch.nn.functional.pad(logp, (0, c_ids.shape[1] - end))
     return logp, rows
 
 
@@ -107,7 +129,8 @@ def policy_update(model, opt, ro: Rollout, advantages: torch.Tensor, mask: torch
     active = set(contributing_groups(advantages, gs, g.beta).tolist())
     minibatches = [mb.tolist() for mb in torch.arange(n_prompts).chunk(g.num_minibatches)]
     trained = [torch.tensor([i for i in mb if i in active], dtype=torch.long) for mb in minibatches]
-    chunks = [micro_batches(my_share(t), gs, micro_batch_size) for t in trained]   # this process's micro-batches
+    lengths = group_lengths(ro, gs)
+    chunks = [micro_batches(my_share(t), gs, micro_batch_size, lengths) for t in trained]  # this process's micro-batches
     reuse = g.num_iterations > 1 or g.num_minibatches > 1
     old_logp = [_no_grad_logprobs(model, ro, c, g, bf16) if reuse else None for c in chunks]
     ref_logp = [_no_grad_logprobs(ref_model, ro, c, g, bf16) for c in chunks]
