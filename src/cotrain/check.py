@@ -174,7 +174,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
             f"(max {vlimit}); format {parsed[0].format:.1f}, final verdict {verdict}")
 
     # ------------------------------------------------------------------ the tester's first tests (cure)
-    if cfg.recipe in ("cure", "cure_label_free"):
+    if RECIPES[cfg.recipe].module == "cure":
         report["tests"] = first_tests(cfg, task, roles, batch[0], texts[:group], say)
 
     # ------------------------------------------------------------------ memory
@@ -256,7 +256,7 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
                        else _source(None, cfg.model) + (", a second copy" if cfg.model.path else ", its own seed"))
     if "verifier" in RECIPES[cfg.recipe].roles:
         roles["verifier"] = (*initial_verifier(cfg), verifier_source)
-    elif cfg.recipe in ("cure", "cure_label_free") and cfg.cure.two_models:
+    elif RECIPES[cfg.recipe].module == "cure" and cfg.cure.two_models:
         roles["tester"] = (*initial_verifier(cfg), verifier_source)
     elif "judge" in RECIPES[cfg.recipe].roles and not cfg.selfplay.shared_model:
         sp = cfg.selfplay

@@ -80,7 +80,12 @@ def parse_assertion(line: str, names: tuple[str, ...] | None = None) -> tuple[li
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return None
-    test = tree.body[0].test
+    return _assertion_test(tree.body[0], names)
+
+
+def _assertion_test(node: ast.Assert, names: tuple[str, ...] | None) -> tuple[list, object] | None:
+    """(arguments, expected) of `assert f(literals) == literal` (either side), or None (`parse_assertion`)."""
+    test = node.test
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return None
     for call, other in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
@@ -105,13 +110,8 @@ def literal_tests(check: str, entry: str) -> list[tuple[list, object]]:
         tree = ast.parse(check)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assert):
-            test = parse_assertion(ast.unparse(node), names=("candidate", entry))
-            if test is not None:
-                out.append(test)
-    return out
+    found = (_assertion_test(node, ("candidate", entry)) for node in ast.walk(tree) if isinstance(node, ast.Assert))
+    return [test for test in found if test is not None]
 
 
 class _UnitTests:
