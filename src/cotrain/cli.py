@@ -6,7 +6,9 @@ cotrain, which ends with its traceback, a line that says so, and exit code 1.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
 import sys
 import traceback
 from importlib import resources
@@ -38,7 +40,7 @@ def cmd_run(args) -> int:
     from cotrain import dist
 
     dist.init()  # under torchrun: join the process group (one process: nothing)
-    main_process = dist.is_main()
+    main_process, several = dist.is_main(), dist.world() > 1
     try:
         results = registry.load(cfg.recipe).run(cfg, out, resume=args.resume)
     except BaseException:
@@ -47,7 +49,20 @@ def cmd_run(args) -> int:
     dist.close()
     if main_process:
         _print_results(out, results)
+    if several:
+        _exit_without_teardown()
     return 0
+
+
+def _exit_without_teardown() -> None:
+    """End a finished torchrun worker without the interpreter's teardown: objects that still refer to the
+    destroyed process group (gloo work, FSDP2's meshes) can abort a process while they are freed at exit
+    ("terminate called without an active exception", SIGABRT), failing a run whose results are
+    written. The exit handlers run first (they stop helper processes); output is flushed."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _print_results(run_dir, results: dict) -> None:
