@@ -4,10 +4,10 @@ GRPO step at the same solver batch.
 All three start from the same model (the SFT'd `tiny` model of bench/grpo_vs_trl.py, built once and
 cached in bench/out/start/; the proposer starts from it too, the judge from the warmed-up verifier of
 bench/tango_vs_grpo.py, so run that first: a judge that cannot judge makes the safeguard skip the
-solver's updates, and the step cheaper than it is) and run the shipped
-settings of configs/triad.yaml and configs/reliability.yaml with the benchmark's sizes: 16 prompts x 8
-samples, 24 new tokens for the solver, the easy world's task, fp32, no evaluation or checkpoint inside
-the loop. A step is one solver step as the recipe runs it (proposing, solving, judging, rewards, every
+solver's updates, and the step cheaper than it is) and run the shipped settings of configs/triad.yaml
+and configs/reliability.yaml (their `train.micro_batch_size` included) with the benchmark's sizes: 16
+prompts x 8 samples, 24 new tokens for the solver, the easy world's task, fp32, no evaluation or
+checkpoint inside the loop. A step is one solver step as the recipe runs it (proposing, solving, judging, rewards, every
 update it makes, the safeguard's probes on the steps that run them); the proposer's warm-up comes
 before step 1 and is not in the ratio. The three run one after the other in one process, on the same
 threads.
@@ -42,6 +42,11 @@ def main(argv=None) -> None:
     ap.add_argument("--group-size", type=int, default=8, help="samples per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--micro-batch", type=int, default=None,
+                    help="train.micro_batch_size of all three sides (groups chunked by length; default: grpo whole "
+                         "batches, the others their shipped config's)")
+    ap.add_argument("--judge-every-copy", action="store_true",
+                    help="judge every answer, repeats too (selfplay.judge_distinct=false, the behaviour before it)")
     args = ap.parse_args(argv)
 
     import torch
@@ -57,7 +62,7 @@ def main(argv=None) -> None:
     sizes = {
         "seed": 0, "init": str(START), "task": dict(TASK),
         "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": 1e-4, "n_problems": 2000,
-                  "bf16": False},
+                  "bf16": False, "micro_batch_size": args.micro_batch},
         "eval": {"splits": ["test"], "n": 32, "k": 0, "every": 0},
         "checkpoint": {"every": 0}, "log": {"progress": False, "tensorboard": False},
     }
@@ -68,10 +73,13 @@ def main(argv=None) -> None:
 
     def shipped(name: str) -> dict:
         raw = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
+        micro = raw.get("train", {}).get("micro_batch_size") if args.micro_batch is None else args.micro_batch
         raw = {k: v for k, v in raw.items() if k not in sizes}
         raw["verifier"] = {**raw.get("verifier", {}), "init": str(judge)}
         raw["grpo"] = {**raw.get("grpo", {}), "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
-        return {**raw, **sizes}
+        if args.judge_every_copy:
+            raw["selfplay"] = {**raw.get("selfplay", {}), "judge_distinct": False}
+        return {**raw, **sizes, "train": {**sizes["train"], "micro_batch_size": micro}}
 
     sides = {
         "grpo": (grpo, build_config({**sizes, "recipe": "grpo",

@@ -227,6 +227,35 @@ def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
         assert (tmp_path / "final" / "proposer").is_dir() and (tmp_path / "final" / "judge").is_dir()
 
 
+def test_the_judge_samples_each_distinct_answer_once_and_copies_share_its_passes(sft_run, warm_verifier):
+    """selfplay.judge_distinct: a repeated (question, answer) pair is judged once, its copies get its P
+    verdicts; off, every answer gets its own passes. The same question with another answer, or another
+    question with the same answer, is a pair of its own."""
+    from cotrain.models.build import load_model
+    from cotrain.train.compute import Compute
+    from cotrain.train.selfplay import judge
+
+    start, _ = sft_run
+    model = load_model(warm_verifier)  # (model, tokenizer), as the recipes hold a role
+    questions = ["3+4", "3+4", "3+4", "5+1", "3+4"]
+    answers = ["Step 1: 3+4=7\nFinal: 7", "Step 1: 3+4=8\nFinal: 8", "Step 1: 3+4=7\nFinal: 7",
+               "Step 1: 3+4=7\nFinal: 7", "Step 1: 3+4=7\nFinal: 7"]
+    for distinct, rows in ((True, 3), (False, 5)):
+        cfg = build_config(labelfree_config("triad", start, warm_verifier, selfplay={"judge_distinct": distinct}))
+        out = judge(cfg, model, questions, answers, Compute({"judge": 1}), step=1, timer=None)
+        P = cfg.selfplay.judge_passes
+        assert out.rollout.completion_ids.shape[0] == len(out.sampled) == rows * P
+        assert len(out.parsed) == len(answers) * P and out.scores.shape == (len(answers), P)
+        assert out.distinct == pytest.approx(rows / len(answers))
+        passes = [[id(x) for x in out.parsed[i * P:(i + 1) * P]] for i in range(len(answers))]
+        sampled = [[id(x) for x in out.sampled[r * P:(r + 1) * P]] for r in range(rows)]
+        if distinct:  # answers 0, 2 and 4 are one pair: the first set of passes; 1 and 3 the next two
+            assert passes == [sampled[0], sampled[1], sampled[0], sampled[2], sampled[0]]
+            assert torch.equal(out.scores[0], out.scores[2]) and torch.equal(out.scores[0], out.scores[4])
+        else:
+            assert passes == sampled
+
+
 def test_curriculum_raises_the_level_as_accuracy_rises(sft_run, tmp_path):
     """grpo with three levels and a bar every step clears: level 0, 1, 2, then it stays at the top;
     a bar no step clears keeps level 0."""
@@ -272,14 +301,14 @@ GOLDEN = {
                     "gen/grad_norm": [1.090106156, 1.947868399, 1.789304128, 1.262383924],
                     "ver/reward": [0.6749999523, 0.3375000060],
                     "ver/grad_norm": [1.084176708, 0.9081248183]},
-    "triad": {"gen/reward": [0.53515625, 0.59375, 0.584821403, 0.56640625],
-              "gen/grad_norm": [1.223903230, 0.5534950339, 1.351905681, 0.9435455598],
-              "prop/reward": [0.9348958731, 0.9348958135, 0.8671875596, 0.9557291865],
-              "prop/grad_norm": [2.513580357, 2.208278352, 1.923146776, 1.112461409]},
-    "reliability": {"prop/reward": [1.62890625, 1.738932371, 1.610677004, 1.723958373],
-                    "prop/grad_norm": [2.673143969, 3.461092620, 2.665537609, 1.693503171],
-                    "gen/loss": [0.6931471806, 0.6976849579, 0.6539351545, 0.5903298689],
-                    "gen/grad_norm": [3.766030222, 5.944323520, 7.768929463, 1.384734429]}}
+    "triad": {"gen/reward": [0.53125, 0.584821403, 0.5703125, 0.462500006],
+              "gen/grad_norm": [1.060544162, 0.89214453, 2.404226987, 4.999424394],
+              "prop/reward": [0.9375, 0.9427083135, 0.2369791567, 0.6927083135],
+              "prop/grad_norm": [2.481757563, 2.230805669, 6.777994647, 2.62322543]},
+    "reliability": {"prop/reward": [1.688151002, 1.759114504, 1.579427004, 1.62109375],
+                    "prop/grad_norm": [2.735828894, 2.755407202, 1.79851722, 2.145850292],
+                    "gen/loss": [0.6931471806, 0.3560723549, 0.5519070411, 2.105660782],
+                    "gen/grad_norm": [3.59927061, 5.123581048, 4.630327401, 11.73644864]}}
 
 
 def _flip_sep(f):

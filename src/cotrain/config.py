@@ -263,6 +263,9 @@ class SelfPlayConfig(_Section):
     min_quality: float = Field(0.7, ge=0, le=1, description=(
         "MAE quality filter: below it a question earns no difficulty reward and does not enter the buffer."))
     judge_passes: int = Field(3, ge=1, description="Judging passes per answer (sampled at verifier.temperature).")
+    judge_distinct: bool = Field(True, description=(
+        "Judge each distinct (question, answer) pair once, its copies sharing its passes (each answer's "
+        "score is still the mean of judge_passes passes; repeats are not judged or trained on again)."))
     train_judge: bool = Field(True, description="triad: train the judge on its format reward (MAE).")
     solver_norm: Literal["role", "group"] = Field("role", description=(
         "triad: normalise the solver's advantages over its whole batch (MAE's per-role normalisation) or "

@@ -107,7 +107,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     (solver, tok), (proposer, _) = m.solver, m.proposer
 
     def probe_judge(questions: list[str], answers: list[str], step: int) -> list[float]:
-        return judge(cfg, m.judge, questions, answers, compute, step, None, label="safeguard-judge")[2].mean(dim=1).tolist()
+        return judge(cfg, m.judge, questions, answers, compute, step, None, label="safeguard-judge").scores.mean(dim=1).tolist()
 
     safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None, probe_judge, compute,
                           session.state.get("safeguard"))
@@ -135,8 +135,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- judge: every candidate, P passes
         asked = [q for q in questions for _ in range(C)]
         answers = [t for row in texts for t in row]
-        _, parsed, scores = judge(cfg, m.judge, asked, answers, compute, step, timer)
-        scores = scores.view(len(questions), C, P)                                             # [B, C, P]
+        judged = judge(cfg, m.judge, asked, answers, compute, step, timer)
+        parsed, scores = judged.parsed, judged.scores.view(len(questions), C, P)               # [B, C, P]
 
         # -------------------------------------------------------------- reliability signals and rewards
         strong_t = torch.tensor(strong)
@@ -181,6 +181,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/format": mean([float(x is not None) for x in extracted]),
             "judge/approve_rate": mean([float(x.final is True) for x in parsed]),
             "judge/score_var": scores.var(dim=2, unbiased=False).mean().item(),
+            "judge/distinct": judged.distinct,
             **{f"rel/{k}": mean([s[k] for s in fresh]) for k in ("cons", "sep", "stab") if fresh},
             "rel/pass_share": mean([float(p) for p in passed[:len(props.fresh)]]) if props.fresh else 0.0,
             "rel/pass_share_all": mean([float(p) for p in passed]),

@@ -102,7 +102,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     (solver, tok), (proposer, _) = m.solver, m.proposer
 
     def probe_judge(questions: list[str], answers: list[str], step: int) -> list[float]:
-        return judge(cfg, m.judge, questions, answers, compute, step, None, label="safeguard-judge")[2].mean(dim=1).tolist()
+        return judge(cfg, m.judge, questions, answers, compute, step, None, label="safeguard-judge").scores.mean(dim=1).tolist()
 
     safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None, probe_judge, compute,
                           session.state.get("safeguard"))
@@ -134,14 +134,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- judge: every answer, P passes
         asked = [q for q in questions for _ in range(G)]
-        jro, parsed, scores = judge(cfg, m.judge, asked, answers, compute, step, timer)       # scores [N, P]
+        judged = judge(cfg, m.judge, asked, answers, compute, step, timer)
+        parsed, scores = judged.parsed, judged.scores                                         # [N*P], [N, P]
 
         # -------------------------------------------------------------- rewards
         J = scores.mean(dim=1)                                                                # [N]
         extracted = [task.extract_answer(a) for a in answers]
         fmt = [float(x is not None) for x in extracted]
         rewards = torch.tensor([mae_solver_reward(j, f) for j, f in zip(J.tolist(), fmt)])     # [N]
-        judge_rewards = torch.tensor([x.format for x in parsed])                               # [N*P]
+        judge_rewards = torch.tensor([x.format for x in judged.sampled])                       # [D*P]
         solver_score = {}                                                                     # S of each question
         for i, q in enumerate(questions):
             solver_score.setdefault(q, J[i * G:(i + 1) * G].mean().item())
@@ -157,7 +158,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         trained_before = sum(t["trained"] for t in compute.tokens.values())
         zero_all(m)
         prop_st = proposer_backward(cfg, m.proposer, props, prop_rewards, compute)
-        stats = _solver_and_judge_backward(cfg, m, sro, rewards, jro, judge_rewards, older, compute)
+        stats = _solver_and_judge_backward(cfg, m, sro, rewards, judged.rollout, judge_rewards, older, compute)
         grad_norms = step_models(cfg, m, lr_scale)
         timer.lap("update", sum(t["trained"] for t in compute.tokens.values()) - trained_before)
 
@@ -172,6 +173,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "judge/reward": judge_rewards.mean().item(),
             "judge/approve_rate": mean([float(x.final is True) for x in parsed]),
             "judge/score_var": scores.var(dim=1, unbiased=False).mean().item(),
+            "judge/distinct": judged.distinct,
             "gt/solver_acc": mean([float(c) for c in correct if c is not None]),
             "gt/judge_agree": judge_agreement(parsed, sp.judge_passes, correct),
             "gt/proposed_solver_acc": mean([float(c) for c in correct[:G * len(props.fresh)] if c is not None]),

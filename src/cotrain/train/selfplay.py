@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -224,23 +225,42 @@ def warmup_proposer(cfg: RunConfig, proposer, ptok, seeds: list[str], compute: C
 # ---------------------------------------------------------------------- the judge
 
 
+class Judgement(NamedTuple):
+    """A round of judging: N answers, P passes each, of which the judge sampled D * P (D distinct pairs)."""
+
+    rollout: Rollout                # the sampled passes, D * P rows (the judge's training rows)
+    sampled: list[Verification]     # their parsed verdicts, aligned with `rollout`
+    parsed: list[Verification]      # each answer's P verdicts, N * P (copies of a pair share its verdicts)
+    scores: torch.Tensor            # [N, P]: 1 approve, 0 reject, 0.5 unparsable
+    distinct: float                 # D / N
+
+
 def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str], compute: Compute, step: int,
-          timer: StepTimer | None, label: str = "judge") -> tuple[Rollout, list[Verification], torch.Tensor]:
+          timer: StepTimer | None, label: str = "judge") -> Judgement:
     """`selfplay.judge_passes` sampled verifications of each answer, each scored 1 (approve), 0 (reject)
-    or 0.5 (unparsable): (rollout, parsed verifications, scores [N, P]). `label` names the sampling seed's
-    purpose (the safeguard's probe judges with its own)."""
+    or 0.5 (unparsable). With `selfplay.judge_distinct` each distinct (question, answer) pair is judged
+    once and its copies share its passes: every answer's score is still the mean of P passes drawn
+    for it alone, but a group's repeated answers (common once a solver is sure) are not judged again
+    and the judge does not train on repeats. `label` names the sampling seed's purpose (the safeguard's
+    probe judges with its own)."""
     passes = cfg.selfplay.judge_passes
     model, jtok = judge
-    jro, _, parsed = verify(model, jtok, questions, answers, group_size=passes, temperature=cfg.verifier.temperature,
-                            max_new_tokens=cfg.verifier.max_new_tokens, seed=derive_seed(cfg.seed, label, step),
-                            bf16=cfg.train.bf16, draft_tokens=cfg.verifier.draft_tokens)
+    pairs = list(zip(questions, answers))
+    distinct = list(dict.fromkeys(pairs)) if cfg.selfplay.judge_distinct else pairs
+    jro, _, sampled = verify(model, jtok, [q for q, _ in distinct], [a for _, a in distinct], group_size=passes,
+                             temperature=cfg.verifier.temperature, max_new_tokens=cfg.verifier.max_new_tokens,
+                             seed=derive_seed(cfg.seed, label, step), bf16=cfg.train.bf16,
+                             draft_tokens=cfg.verifier.draft_tokens)
     forward, generated = rollout_tokens(jro)
     compute.add("judge", forward=forward, generated=generated)
     if timer is not None:
         timer.lap("verify", generated)
+    row_of = {pair: i for i, pair in enumerate(distinct)}
+    rows = [row_of[pair] for pair in pairs] if cfg.selfplay.judge_distinct else range(len(pairs))
+    parsed = [x for r in rows for x in sampled[r * passes:(r + 1) * passes]]
     scores = torch.tensor([[judge_score([x.final]) for x in parsed[i * passes:(i + 1) * passes]]
-                           for i in range(len(answers))])                                # [N, P]
-    return jro, parsed, scores
+                           for i in range(len(answers))]).view(len(answers), passes)     # [N, P]
+    return Judgement(jro, sampled, parsed, scores, len(distinct) / max(1, len(pairs)))
 
 
 # ---------------------------------------------------------------------- update and monitors
