@@ -45,7 +45,7 @@ test-heavy: install
 
 bench: install
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"
-	$(BIN)/python bench/grpo_vs_trl.py
+	$(BIN)/python bench/cost.py
 
 clean:
 	rm -rf $(VENV) runs
