@@ -126,6 +126,29 @@ def test_micro_batches_give_the_whole_batch_update(loss_type):
     assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(wa, wb))
 
 
+def test_a_role_backward_in_micro_batches_of_like_lengths_gives_the_whole_batch_gradient(monkeypatch):
+    """policy_backward (a self-play role's loss, no step) chunks its groups by length when micro-batched,
+    shortest first, and the accumulated gradient is the whole batch's."""
+    from cotrain.train import update
+
+    passes, logprobs = [], update._logprobs
+    monkeypatch.setattr(update, "_logprobs", lambda model, ro, groups, *a: passes.append(groups.tolist())
+                        or logprobs(model, ro, groups, *a))
+    grads = []
+    for micro in (None, 4):
+        model, _, ro = _nano_rollout()
+        ro.completion_mask[8:12, 2:] = 0  # group 2, the shortest prompt, also gets the shortest completions
+        adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.2, 0, 0, -0.2, 2.0, 0, -1.0, -1.0, 0.3, 0.3, -0.6, 0])
+        g = GrpoConfig(group_size=4, max_new_tokens=8, temperature=1.5)
+        model.zero_grad(set_to_none=True)
+        update.policy_backward(model, ro, adv, ro.completion_mask, g, micro_batch_size=micro)
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    lengths = update.group_lengths(ro, 4).tolist()
+    assert passes[0] == [0, 1, 2, 3] and passes[1:] == [[i] for i in sorted(range(4), key=lambda i: lengths[i])]
+    assert passes[1] == [2]
+    assert len(grads[0]) == len(grads[1]) and all(torch.allclose(x, y, atol=1e-6) for x, y in zip(*grads))
+
+
 def test_supervised_micro_batches_give_the_whole_batch_update():
     results = []
     for micro in (None, 2):

@@ -234,7 +234,8 @@ def policy_backward(model, ro: Rollout, advantages: torch.Tensor, mask: torch.Te
                     bf16: bool = False, ref_model=None, micro_batch_size: int | None = None) -> dict[str, float]:
     """Add one role's GRPO loss (one pass, rho = 1) to `model`'s gradients without stepping: several
     roles of one model then share one optimizer step (`optimizer_step`). With g.beta > 0 the k3 KL to
-    `ref_model` is part of the loss. Split over processes and micro-batches as in `policy_update`.
+    `ref_model` is part of the loss. Split over processes and micro-batches (groups of like lengths)
+    as in `policy_update`.
 
     Returns:
         loss, clip_ratio, kl and `frac_groups_trained`, `tokens_trained`, `prompt_tokens_trained`.
@@ -242,7 +243,7 @@ def policy_backward(model, ro: Rollout, advantages: torch.Tensor, mask: torch.Te
     gs = g.group_size
     n_prompts = advantages.shape[0] // gs
     groups = contributing_groups(advantages, gs, g.beta)
-    chunks = micro_batches(my_share(groups), gs, micro_batch_size)
+    chunks = micro_batches(my_share(groups), gs, micro_batch_size, group_lengths(ro, gs))
     ref_logp = _no_grad_logprobs(ref_model, ro, chunks, g, bf16) if g.beta > 0 else None
     st = _backward(model, ro, advantages, mask, g, chunks, (n_prompts * gs, int(mask.sum())), None, ref_logp, bf16)
     active = groups.tolist()
