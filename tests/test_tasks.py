@@ -745,6 +745,36 @@ def test_wordproblems_splits():
     assert max(int(p.answer) for p in ood) > 100 >= max(int(p.answer) for p in test)
 
 
+def test_wordproblems_corrupt_injects_a_wrong_result_at_the_step_asked_and_labels_find_it():
+    """A corrupted reference states a wrong result (1 to 3 off) at step k alone, later steps compute
+    from it, its final answer grades 0; step labels mark exactly the corrupted steps; references are
+    all right; a model's prose line is judged by its equations alone; bad indices raise."""
+    import random
+
+    from cotrain.tasks.wordproblems import WordProblemsTask, step_labels
+
+    task = WordProblemsTask(n_steps=(1, 3), max_number=20)
+    rng = random.Random(0)
+    for problem in task.problems("train", 200):
+        assert task.step_labels(problem, problem.steps) == [True] * len(problem.steps)
+        wrong = sorted(rng.sample(range(len(problem.steps)), rng.randint(1, len(problem.steps))))
+        steps, solution = task.corrupt(problem, wrong, rng)
+        assert task.step_labels(problem, steps) == [i not in wrong for i in range(len(steps))]
+        assert solution == "\n".join(steps) + f"\n#### {steps[-1].split()[-1]}"
+        assert task.grade(solution, problem) == 0.0
+        first = wrong[0]
+        true = int(problem.steps[first].split()[-1]) if first == 0 or steps[first - 1] == problem.steps[first - 1] else None
+        if true is not None:
+            assert 1 <= abs(int(steps[first].split()[-1]) - true) <= 3
+        assert steps[:first] == problem.steps[:first]
+    assert step_labels(["Tom has 5 apples.", "He buys 3 more: 5 + 3 = 9.", "Then 9-2=7 and 2*3=6.", "x = 1"]) == [
+        True, False, True, True]
+    problem = task.problems("test", 1)[0]
+    for bad in (len(problem.steps), -1, []):
+        with pytest.raises(ValueError):
+            task.corrupt(problem, bad, rng)
+
+
 def test_wordproblems_reads_answers_as_a_model_writes_them():
     from cotrain.tasks.base import LabelLeak, blind
     from cotrain.tasks.wordproblems import WordProblemsTask

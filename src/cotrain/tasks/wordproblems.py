@@ -17,6 +17,11 @@ below zero. The reference solution writes each step as `a op b = c`, then `#### 
 is graded by its final answer (`extract_gsm8k_answer`: after `####`, else the last `\\boxed{}`, else
 the last number), compared exactly.
 
+Process labels (the verifier's warm-up and its held-out injected errors): `corrupt` states a wrong
+result at chosen steps of the reference solution, later steps computing correctly from it;
+`step_labels` marks a step wrong when an equation `a op b = c` in it does not hold (a step with no
+equation, prose, counts as right: there is nothing in it to check).
+
 Splits: `train` and `test` draw from the same distribution and never share a question (a stable hash
 puts about 1 in 10 questions in `test`); `ood` has numbers up to `ood_max_number` (default 3x larger)
 and one more step than the largest of `n_steps`, drawn without that split's own test/train rule.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 
 from cotrain.errors import UserError
 from cotrain.tasks.base import Problem, labelled
@@ -80,6 +86,44 @@ def draw_problem(rng: random.Random, n_steps: int, max_number: int) -> Problem:
     answer = str(count)
     return Problem(question=" ".join(sentences), answer=answer, steps=tuple(steps),
                    solution="\n".join(steps) + f"\n#### {answer}", meta={"n_ops": n_steps})
+
+
+_EQUATION = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)")
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def step_labels(steps: tuple[str, ...] | list[str]) -> list[bool]:
+    """Per step: False when an equation `a op b = c` in it does not hold, else True. Never raises."""
+    return [all(_apply(int(a), op, int(b)) == int(c) for a, op, b, c in _EQUATION.findall(str(step)[:1000]))
+            for step in steps]
+
+
+def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
+    """The reference solution with a wrong result stated at step k (or at each step of a list), every
+    later step computing correctly from the previous, possibly wrong, result; the final line is the last
+    result. A wrong result is the step's true one moved by 1 to 3 either way, never the reference's
+    result of that step, so the final answer is wrong too (only + and - follow the first step).
+
+    Raises:
+        ValueError: a step index out of range, or a problem whose steps are not `a op b = c`.
+    """
+    wrong = {k} if isinstance(k, int) else set(k)
+    if not wrong or not all(isinstance(i, int) and 0 <= i < len(problem.steps) for i in wrong):
+        raise ValueError(f"step index {k} out of range for {len(problem.steps)} steps")
+    steps, count = [], 0
+    for i, step in enumerate(problem.steps):
+        m = _EQUATION.fullmatch(step.strip())
+        if m is None:
+            raise ValueError(f"not a wordproblems step: {step!r}")
+        a, op, b = (int(m[1]) if i == 0 else count), m[2], int(m[3])
+        count = _apply(a, op, b)
+        if i in wrong:  # never back on the reference's own result: the final answer stays wrong
+            count = rng.choice([v for v in range(count - 3, count + 4) if v not in (count, int(m[4]))])
+        steps.append(f"{a} {op} {b} = {count}")
+    return tuple(steps), "\n".join(steps) + f"\n#### {count}"
 
 
 class WordProblemsTask:
@@ -138,6 +182,14 @@ class WordProblemsTask:
 
     def answers_equal(self, a: str, b: str) -> bool:
         return _integer(a) is not None and _integer(a) == _integer(b)
+
+    def corrupt(self, problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
+        """See `corrupt_solution`: (steps, solution) with a wrong result at step k, carried forward."""
+        return corrupt_solution(problem, k, rng)
+
+    def step_labels(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[bool]:
+        """See `step_labels` (module level): whether each step's equations hold."""
+        return step_labels(steps)
 
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the completion's final answer is the problem's integer, else 0.0. Never raises."""
