@@ -30,7 +30,8 @@ from cotrain.tasks.base import Problem, labelled
 MAX_DIGITS = 12
 """Answers and step numbers have at most this many digits; the knobs are checked to stay below it."""
 
-_APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+"""The operations of the step format `a op b = c` (arith, countdown, wordproblems)."""
 _INT = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}")
 _STEP = re.compile(rf"(-?[0-9]{{1,{MAX_DIGITS}}})([-+*])([0-9]{{1,{MAX_DIGITS}}})=(-?[0-9]{{1,{MAX_DIGITS}}})")
 _QUESTION = re.compile(r"[0-9]{1,12}(?:[-+*][0-9]{1,12})+")
@@ -83,7 +84,7 @@ def solve(question: str) -> tuple[tuple[str, ...], str]:
     left, operations = parsed
     steps = []
     for op, right in operations:
-        result = _APPLY[op](left, right)
+        result = APPLY[op](left, right)
         steps.append(format_step(left, op, right, result))
         left = result
     return tuple(steps), str(left)
@@ -178,7 +179,7 @@ def step_labels(question: str, steps: tuple[str, ...] | list[str]) -> list[bool]
             and k < len(operations)
             and step[0] == expected_left
             and (step[1], step[2]) == operations[k]
-            and _APPLY[step[1]](step[0], step[2]) == step[3]
+            and APPLY[step[1]](step[0], step[2]) == step[3]
         )
         labels.append(correct)
         expected_left = None if step is None else step[3]
@@ -214,7 +215,7 @@ def step_rationales(question: str, steps: tuple[str, ...] | list[str]) -> list[s
             rationales.append("?")
             continue
         op, right = operations[k]
-        result = _APPLY[op](left, right)
+        result = APPLY[op](left, right)
         if step is None:
             rationales.append(f"{format_step(left, op, right, result)} ?")
         else:
@@ -256,7 +257,7 @@ def corrupt_solution(question: str, k: int | list[int], rng: random.Random) -> t
         raise ValueError(f"step index {k} out of range for {len(operations)} steps of {question!r}")
     steps = []
     for i, (op, right) in enumerate(operations):
-        result = _APPLY[op](left, right)
+        result = APPLY[op](left, right)
         if i in wrong:
             result = _wrong_result(result, rng)
         steps.append(format_step(left, op, right, result))

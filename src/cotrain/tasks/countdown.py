@@ -31,17 +31,15 @@ given), as `arith`'s ood split does: one number more than trained on scores 0 an
 from __future__ import annotations
 
 import functools
-import operator
 import random
 import re
 from dataclasses import dataclass
 
 from cotrain.errors import UserError
 from cotrain.tasks import arith
-from cotrain.tasks.arith import is_test_question
+from cotrain.tasks.arith import APPLY, is_test_question
 from cotrain.tasks.base import Problem, labelled
 
-_APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _NUMBER = r"-?[0-9]{1,7}"
 _STEP = re.compile(rf"({_NUMBER})([-+*])({_NUMBER})=({_NUMBER})")
 _QUESTION = re.compile(r"([0-9]{1,4}(?:,[0-9]{1,4}){1,7}):([0-9]{1,6})")
@@ -130,7 +128,7 @@ def check_steps(numbers: list[int], steps: list[str]) -> tuple[list[StepCheck], 
                 pool.remove(operand)
             else:
                 available = False
-        result = _APPLY[op](a, b)
+        result = APPLY[op](a, b)
         kind = "operand" if not available else ("step" if result != c or c < 0 else None)
         checks.append(StepCheck(before, step, result, kind))
         pool.append(c)
@@ -221,7 +219,7 @@ def _search(pool: tuple[int, ...], target: int, ops: str) -> tuple[str, ...] | N
             for op in ops:
                 if op in "+*" and j < i:
                     continue  # commutative: one order suffices
-                c = _APPLY[op](a, b)
+                c = APPLY[op](a, b)
                 if c < 0:
                     continue
                 found = _search(tuple(sorted([*rest, c])), target, ops)
@@ -319,7 +317,7 @@ class CountdownTask:
             rng.shuffle(ops)
             for op in ops:
                 x, y = (max(a, b), min(a, b)) if op == "-" else (a, b)
-                c = _APPLY[op](x, y)
+                c = APPLY[op](x, y)
                 if 0 <= c <= self.max_value and (len(pool) > 0 or c >= 1):
                     break
             else:
@@ -461,15 +459,15 @@ def corrupt_solution(question: str, steps: tuple[str, ...] | list[str], k: int |
                 if op == "-" and a < b:
                     a, b = b, a
                 lie = rng.random() < 0.5
-            c = _APPLY[op](a, b)
+            c = APPLY[op](a, b)
             if kind == "step":
                 c = max(0, c + rng.choice([d for d in range(-10, 11) if d != 0]))
-                if c == _APPLY[op](a, b):
+                if c == APPLY[op](a, b):
                     c += 1
         else:
             if op == "-" and a < b:
                 a, b = b, a
-            c = _APPLY[op](a, b)
+            c = APPLY[op](a, b)
         out.append(f"{a}{op}{b}={c}")
         values.append(c)
     final = target if lie else values[-1]

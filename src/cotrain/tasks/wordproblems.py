@@ -33,6 +33,7 @@ import random
 import re
 
 from cotrain.errors import UserError
+from cotrain.tasks.arith import APPLY
 from cotrain.tasks.base import Problem, labelled
 from cotrain.tasks.mathdata import extract_gsm8k_answer
 
@@ -91,13 +92,9 @@ def draw_problem(rng: random.Random, n_steps: int, max_number: int) -> Problem:
 _EQUATION = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)")
 
 
-def _apply(a: int, op: str, b: int) -> int:
-    return a + b if op == "+" else a - b if op == "-" else a * b
-
-
 def step_labels(steps: tuple[str, ...] | list[str]) -> list[bool]:
     """Per step: False when an equation `a op b = c` in it does not hold, else True. Never raises."""
-    return [all(_apply(int(a), op, int(b)) == int(c) for a, op, b, c in _EQUATION.findall(str(step)[:1000]))
+    return [all(APPLY[op](int(a), int(b)) == int(c) for a, op, b, c in _EQUATION.findall(str(step)[:1000]))
             for step in steps]
 
 
@@ -119,7 +116,7 @@ def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -
         if m is None:
             raise ValueError(f"not a wordproblems step: {step!r}")
         a, op, b = (int(m[1]) if i == 0 else count), m[2], int(m[3])
-        count = _apply(a, op, b)
+        count = APPLY[op](a, b)
         if i in wrong:  # never back on the reference's own result: the final answer stays wrong
             count = rng.choice([v for v in range(count - 3, count + 4) if v not in (count, int(m[4]))])
         steps.append(f"{a} {op} {b} = {count}")

@@ -255,8 +255,11 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
     compute.add("judge", forward=forward, generated=generated)
     if timer is not None:
         timer.lap("verify", generated)
-    row_of = {pair: i for i, pair in enumerate(distinct)}
-    rows = [row_of[pair] for pair in pairs] if cfg.selfplay.judge_distinct else range(len(pairs))
+    if cfg.selfplay.judge_distinct:
+        row_of = {pair: i for i, pair in enumerate(distinct)}
+        rows = [row_of[pair] for pair in pairs]
+    else:
+        rows = range(len(pairs))
     parsed = [x for r in rows for x in sampled[r * passes:(r + 1) * passes]]
     scores = torch.tensor([[judge_score([x.final]) for x in parsed[i * passes:(i + 1) * passes]]
                            for i in range(len(answers))]).view(len(answers), passes)     # [N, P]
