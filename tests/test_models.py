@@ -1,11 +1,21 @@
 """Tiny models, the char tokenizer, save/load, and rollouts."""
+import math
+
 import pytest
 import torch
 
 from cotrain.config import ModelConfig
 from cotrain.errors import UserError
 from cotrain.models.build import build_model, load_model, save_model
-from cotrain.models.generate import _generate, completion_logprobs, concat_rollouts, generate, group_logprobs, sample_token
+from cotrain.models.generate import (
+    _generate,
+    completion_logprobs,
+    concat_rollouts,
+    entropy_of,
+    generate,
+    group_logprobs,
+    sample_token,
+)
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +145,14 @@ def test_sample_token_inverts_the_cdf_by_hand():
     logp = torch.tensor([0.5, 0.0, 0.3, 0.2]).log().expand(5, 4)
     u = torch.tensor([0.1, 0.55, 0.79, 0.85, 1 - 1e-12], dtype=torch.float64)
     assert sample_token(logp, u).tolist() == [0, 2, 2, 3, 3]
+
+
+
+def test_entropy_of_counts_zero_probability_tokens_as_zero():
+    """probs [0.5, 0, 0.25, 0.25] (token 1 at log-prob -inf, as top-p leaves it): entropy
+    0.5 ln 2 + 2 * 0.25 ln 4 = 1.5 ln 2, with no NaN from 0 * -inf; a one-hot row has entropy 0."""
+    logp = torch.tensor([[0.5, 0.0, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0]]).log()
+    assert torch.allclose(entropy_of(logp), torch.tensor([1.5 * math.log(2), 0.0]), atol=1e-7)
 
 
 def test_a_groups_samples_do_not_depend_on_the_rest_of_its_batch(nano):
