@@ -325,7 +325,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
 
 def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)  # attaches the Agg canvas to the figure
-    fig.savefig(path, dpi=130, facecolor="white")
+    fig.savefig(path, dpi=130, facecolor="white", bbox_inches="tight")  # a wide legend is never cut off
     return path
 
 
