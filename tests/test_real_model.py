@@ -252,3 +252,21 @@ def test_check_starts_cpu_config_on_the_real_model(smollm2_dir, path, capsys):
     assert report["generator"].startswith("LlamaForCausalLM, 134,515,008 parameters")
     assert f"de-quantized to float32, converted in {smollm2_dir}" in report["generator"]
     assert "chat template yes" in report["generator"] and out.splitlines()[-1] == "ok"
+
+
+def test_gap_probe_states_half_the_equations_wrong_and_reads_verdict_words():
+    """bench/smollm2_gap.py: equations in the task's one-step range, every even one stated right and every
+    odd one off by 1 to 3 and never negative; the first verdict word of a reply decides (INCORRECT is not
+    read as CORRECT)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("smollm2_gap", Path(__file__).resolve().parents[1] / "bench" / "smollm2_gap.py")
+    gap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap)
+    eqs = gap.equations(400, seed=1)
+    assert {op for _, op, _, _, _, _ in eqs} == {"+", "-", "*"}
+    for i, (a, op, b, true, stated, right) in enumerate(eqs):
+        assert true == {"+": a + b, "-": a - b, "*": a * b}[op] and 0 <= true <= 81 and max(a, b) <= 10
+        assert right == (i % 2 == 0) and (stated == true) == right
+        assert right or (1 <= abs(stated - true) <= 3 and stated >= 0)
+    assert [gap.first_verdict(t) for t in ("This equation is incorrect.", "CORRECT: 2 + 1", "Yes, it is.",
+                                           "incorrect, not correct", "42")] == [False, True, True, False, None]
