@@ -40,7 +40,7 @@ def nano_config(recipe: str, **overrides) -> dict:
         "grpo": {"group_size": 4, "max_new_tokens": 24},
         "eval": {"splits": ["test"], "n": 40, "k": 4, "n_sampled": 10, "batch_size": 64},
         "checkpoint": {"every": 3, "keep_last": 2},
-        "log": {"progress": False, "tensorboard": False},
+        "log": {"progress": False, "tensorboard": False, "plots": False},  # plots: tests/test_plot.py
     }
     for key, value in overrides.items():
         raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value

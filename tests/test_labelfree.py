@@ -181,7 +181,8 @@ def test_the_wall_test_catches_a_recipe_that_reads_labels(sft_run, warm_verifier
 
 def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_verifier, tmp_path):
     start, _ = sft_run
-    results = run_recipe(build_config(labelfree_config("consistency", start, warm_verifier)), tmp_path)
+    raw = labelfree_config("consistency", start, warm_verifier, log={"plots": True})
+    results = run_recipe(build_config(raw), tmp_path)
     assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
     assert _changed(tmp_path / "warmup" / "verifier", tmp_path / "final" / "verifier")
     rows = [r for r in _rows(tmp_path) if "gen/reward" in r]

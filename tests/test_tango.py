@@ -46,7 +46,7 @@ def _changed(a: Path, b: Path) -> bool:
 def tango_run(sft_run, tmp_path_factory):
     start, _ = sft_run
     out = tmp_path_factory.mktemp("tango")
-    results = run_recipe(build_config(tango_config(start)), out)
+    results = run_recipe(build_config(tango_config(start, log={"plots": True})), out)
     return start, out, results
 
 

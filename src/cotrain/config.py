@@ -383,6 +383,8 @@ class LogConfig(_Section):
     every: int = Field(1, ge=1, description="Write metrics every N steps.")
     tensorboard: bool = Field(True, description="Mirror metrics to TensorBoard when it is installed.")
     progress: bool = Field(True, description="Live progress bar on stderr.")
+    plots: bool = Field(True, description=(
+        "Draw the run's plots (curves.png, eval.png, ...) when it ends; `cotrain plot RUN_DIR` draws them any time."))
 
 
 class RolloutConfig(_Section):

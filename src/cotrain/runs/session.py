@@ -136,7 +136,7 @@ def savable(roles: dict) -> dict:
 
 def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step: int,
            other_models: dict | None = None, other_results: dict | None = None) -> dict:
-    """Save the final model(s), evaluate every split, write eval.json and plots.
+    """Save the final model(s), evaluate every split, write eval.json and (with `log.plots`) plots.
 
     Args:
         other_models: {role: (model, tokenizer)} saved beside the generator in `final/`.
@@ -155,7 +155,7 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
     session.logger.close()
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
-    if dist.is_main():
+    if dist.is_main() and cfg.log.plots:
         try:
             from cotrain.analysis.plot import plot_runs
             plot_runs([session.run_dir])
