@@ -171,9 +171,12 @@ def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
 
 
-def _single(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cotrain", *args], capture_output=True, text=True, env=_env(),
-                          timeout=600, cwd=REPO)
+def _single(args: list[str]) -> int:
+    """A one-process run through the CLI in this process (a process start with its imports costs
+    seconds); its exit code."""
+    from cotrain.cli import main
+
+    return main(args)
 
 
 def _torchrun(args: list[str], nproc: int = 2, **kwargs):
@@ -220,14 +223,14 @@ def grpo_one(sft_run, tmp_path_factory):
                       eval={"every": 2, "n": 20, "n_during": 10})
     cfg = root / "grpo.yaml"
     cfg.write_text(yaml.safe_dump(raw))
-    one = _single(["run", str(cfg), "--out", str(root / "one")])
-    assert one.returncode == 0, one.stderr
+    assert _single(["run", str(cfg), "--out", str(root / "one")]) == 0
     assert any(r.get("gen/frac_groups_trained", 0) > 0 for r in _rows(root / "one")), "no gradient to compare"
     return cfg, root / "one"
 
 
-def _killed_and_resumed(args: list[str], out: Path) -> None:
-    """A two-process run killed with SIGKILL (launcher and workers) after its step-2 checkpoint, then resumed."""
+def _killed_and_resumed(args: list[str], out: Path) -> subprocess.CompletedProcess:
+    """A two-process run killed with SIGKILL (launcher and workers) after its step-2 checkpoint, then
+    resumed; the resumed run's process."""
     victim = _torchrun([*args, "--out", str(out)], background=True)
     deadline = time.time() + 300
     while not (out / "checkpoints" / "step_2").exists():
@@ -238,6 +241,7 @@ def _killed_and_resumed(args: list[str], out: Path) -> None:
     assert not (out / "eval.json").exists(), "killed too late to test resume"
     resumed = _torchrun([*args, "--out", str(out), "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return resumed
 
 
 # FSDP2 on the CPU needs torch >= 2.7; the lowest torch cotrain accepts (2.6) runs it on GPUs only, and
@@ -248,34 +252,34 @@ NEEDS_CPU_FSDP = pytest.mark.skipif(not dist.fsdp_on_cpu(), reason=f"FSDP2 on th
 @pytest.mark.slow
 @pytest.mark.parametrize("fsdp", [False, pytest.param(True, marks=NEEDS_CPU_FSDP)], ids=["ddp", "fsdp"])
 def test_two_processes_equal_one_then_resume_after_sigkill(grpo_one, tmp_path, fsdp):
-    """`torchrun --nproc_per_node 2 -m cotrain run` logs the metrics, evaluation and final weights of the
-    one-process run, with gradients averaged over processes or with FSDP2 sharding; only rank 0 prints
-    results; a two-process run killed after its step-2 checkpoint and resumed ends where the others end."""
+    """`torchrun --nproc_per_node 2 -m cotrain run`, with gradients averaged over processes or with FSDP2
+    sharding, killed after its step-2 checkpoint and resumed, logs the metrics, evaluation and final
+    weights of the one-process run; only rank 0 prints results. (An uninterrupted two-process run is
+    test_two_process_tango_completes_and_equals_one_process.)"""
     cfg, one = grpo_one
     args = ["run", str(cfg), f"train.fsdp={str(fsdp).lower()}"]
-    two = _torchrun([*args, "--out", str(tmp_path / "two")])
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert two.stdout.count("generator/test:") == 1  # one writer
-    _assert_same_run(one, tmp_path / "two")
-    rows = [r for r in _rows(tmp_path / "two") if "gen/reward" in r]
-    assert all(r["time/sync"] > 0 and r["throughput/gen_tokens_per_s"] > 0 for r in rows)
-    _killed_and_resumed(args, tmp_path / "killed")
+    resumed = _killed_and_resumed(args, tmp_path / "killed")
+    assert resumed.stdout.count("generator/test:") == 1  # one writer
     _assert_same_run(one, tmp_path / "killed")
+    rows = [r for r in _rows(tmp_path / "killed") if "gen/reward" in r]
+    assert all(r["time/sync"] > 0 and r["throughput/gen_tokens_per_s"] > 0 for r in rows)
 
 
 @pytest.mark.slow
-def test_two_process_tango_completes_and_equals_one_process(sft_run, tmp_path):
-    """tango with two processes, gradients averaged or FSDP2-sharded (generator and verifier), equals
-    the one-process run."""
+@pytest.mark.parametrize("fsdps", [["false"], pytest.param(["false", "true"], marks=[pytest.mark.heavy, NEEDS_CPU_FSDP])],
+                         ids=["ddp", "ddp-and-fsdp"])
+def test_two_process_tango_completes_and_equals_one_process(sft_run, tmp_path, fsdps):
+    """tango with two processes, gradients averaged or (make test-heavy) FSDP2-sharded, generator and
+    verifier, equals the one-process run. (`make test` runs FSDP2 under torchrun on grpo: a process
+    start of two workers costs some 20 s on a 2-core CPU.)"""
     from tests.test_tango import tango_config
 
     start, _ = sft_run
     raw = tango_config(start, train={"steps": 3}, eval={"k": 0, "n": 20, "every": 0})
     path = tmp_path / "tango.yaml"
     path.write_text(yaml.safe_dump(raw))
-    one = _single(["run", str(path), "--out", str(tmp_path / "one")])
-    assert one.returncode == 0, one.stderr
-    for fsdp in ("false", "true") if dist.fsdp_on_cpu() else ("false",):
+    assert _single(["run", str(path), "--out", str(tmp_path / "one")]) == 0
+    for fsdp in fsdps:
         two = _torchrun(["run", str(path), f"train.fsdp={fsdp}", "--out", str(tmp_path / f"two-{fsdp}")])
         assert two.returncode == 0, two.stderr[-3000:]
         _assert_same_run(tmp_path / "one", tmp_path / f"two-{fsdp}")
@@ -305,8 +309,7 @@ def test_every_other_recipe_on_two_processes_equals_one(recipe, tmp_path):
     # otherwise than over one, and a sampled token could flip (triad did, at step 2, in fp32)
     args = ["run", str(config), "train.steps=3", "log.progress=false", "eval.n=20", "eval.every=0",
             "train.bf16=false", "model.dtype=float64"]
-    one = _single([*args, "--out", str(tmp_path / "one")])
-    assert one.returncode == 0, one.stderr
+    assert _single([*args, "--out", str(tmp_path / "one")]) == 0
     two = _torchrun([*args, "--out", str(tmp_path / "two")])
     assert two.returncode == 0, two.stderr[-3000:]
     _assert_same_run(tmp_path / "one", tmp_path / "two", rel=1e-3, weight_tol=1e-3)
