@@ -57,7 +57,7 @@ CASES = {  # name: (config, estimate key, launcher, overrides)
 # The dry run: the same cases on a nano stand-in, small enough for the test suite.
 DRY = ["train.batch_size=4", "train.micro_batch_size=2", "grpo.group_size=2", "grpo.max_new_tokens=6",
        "verifier.max_new_tokens=6", "verifier.solutions=2", "verifier.group_size=2", "train.n_problems=64",
-       "eval.max_new_tokens=6", "tango.eval_n=2"]
+       "eval.max_new_tokens=6", "eval.n_sampled=2", "tango.eval_n=2", "log.plots=false"]
 
 
 def corpus() -> list[str]:
