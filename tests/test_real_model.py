@@ -6,7 +6,7 @@ The first test to need the model converts it once into the user's cache (about 2
 worker waits on the conversion's lock); every later load reads the converted directory in under a
 second. The steps are one-step runs on a tiny batch with short generations: they check that the real
 model, its tokenizer and chat template go through every stage of a recipe, not what it learns (that is
-`configs/real/smollm2_cpu_*.yaml`). `make test-heavy` adds a one-step run of every other recipe.
+`configs/real/smollm2_cpu_*.yaml`). `make test-heavy` adds a one-step run of tango and of every other recipe.
 """
 import json
 import math
@@ -174,11 +174,32 @@ def test_grpo_update_on_smollm2(smollm2_dir):
     assert objective() > before
 
 
+def test_smollm2_verifies_in_its_chat_template(smollm2_dir):
+    """The verifier's path on the real model (what tango, the judges and the evaluations run): the prompt
+    is SmolLM2's chat template around the instruction and the numbered steps, the rollout holds one
+    verification per pair within the token limit, and whatever it writes parses without raising."""
+    from cotrain.models.verify import encode_verifier_prompts, verify
+    from cotrain.roles.verifier import Verification
+
+    model, tok = load_model(smollm2_dir)
+    problems = WordProblemsTask(n_steps=(1, 1), max_number=10).problems("train", 2)
+    questions, solutions = [p.question for p in problems], [p.solution for p in problems]
+    prompt = tok.decode(encode_verifier_prompts(tok, questions[:1], solutions[:1])[0])
+    assert prompt.startswith("<|im_start|>") and prompt.rstrip().endswith("<|im_start|>assistant")
+    assert "Check every step in order" in prompt and "Step 1: " in prompt and questions[0] in prompt
+    ro, texts, parsed = verify(model, tok, questions, solutions, group_size=2, temperature=0.7, max_new_tokens=12,
+                               seed=0)
+    assert ro.completion_ids.shape[0] == 4 and ro.completion_ids.shape[1] <= 12 and len(texts) == 4
+    assert all(isinstance(x, Verification) and 0.0 <= x.format <= 1.0 for x in parsed)
+
+
+@pytest.mark.heavy
 def test_tango_step_on_smollm2(smollm2_dir, tmp_path):
     """One generator step and one verifier step, both roles SmolLM2 writing and judging in its chat
-    template: each step runs, the verifier's logs the share of its verdicts that parse (`ver/format`),
-    and each model moves exactly when one of its groups had mixed rewards (12 tokens rarely reach a
-    final verdict: this checks the path, not a verifier's learning)."""
+    template (make test-heavy: about 80 s on a 2-core CPU): each step runs, the verifier's logs the
+    share of its verdicts that parse (`ver/format`), and each model moves exactly when one of its groups
+    had mixed rewards (12 tokens rarely reach a final verdict: this checks the path, not a verifier's
+    learning)."""
     start, _ = load_model(smollm2_dir)
     run_recipe(smollm2_config("tango"), tmp_path / "run")
     step = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
