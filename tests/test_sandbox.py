@@ -115,7 +115,10 @@ def test_fork_bomb():
 
 
 def test_memory_bomb():
-    result = run("def f(x):\n    a = []\n    while True:\n        a.append(bytearray(10 ** 7))\n")
+    # the default time limits: filling 512 MB took past FAST's 1 CPU second on a loaded 2-core AMD EPYC,
+    # and this test is about the memory limit, which must come first
+    result = run("def f(x):\n    a = []\n    while True:\n        a.append(bytearray(10 ** 7))\n",
+                 limits=sandbox.Limits())
     assert result.status == "memory" and sandbox.passed(result, [2]) == [False]
 
 
