@@ -29,15 +29,16 @@ sandbox-tools:
 demo: install
 	$(BIN)/cotrain demo $(ARGS)
 
-# Two workers on the two cores (pytest-xdist), each computing on one thread (tests/conftest.py).
+# Two workers on the two cores (pytest-xdist), each computing on one thread (tests/conftest.py); a worker
+# that runs out of tests takes some of the other's (worksteal: the long tests do not end up on one worker).
 test: install
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 # The suite with torch's CPU kernels forced down, first to AVX2 (ATen, MKL, oneDNN), then to plain C++:
 # results must not depend on the CPU a run lands on (the test world computes in float64).
 test-portable: install
-	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -n 2
-	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(BIN)/python -m pytest -q -n 2
+	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -n 2 --dist worksteal
+	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 # Tests of several minutes each (the warm-up verifier's competence), left out of `make test`.
 test-heavy: install
