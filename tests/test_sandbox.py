@@ -55,9 +55,12 @@ def sandbox_processes(where: Path) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def machine_left_clean(monkeypatch):
+def machine_left_clean(monkeypatch, tmp_path_factory):
     """Each test's runs use their own users and their own temporary directory (one the sandbox users
     may enter); after the test, none of their processes is alive and none of their directories is left."""
+    # pytest's own base directory first: made lazily under tempfile's directory, it would otherwise land in
+    # this test's, which is removed after it (later tests of a one-process run then lost their tmp_path)
+    tmp_path_factory.getbasetemp()
     where = Path(tempfile.mkdtemp(prefix="cotrain-sandbox-test-"))
     os.chmod(where, 0o755)
     monkeypatch.setattr(sandbox, "SANDBOX_UID", TEST_UID)
