@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cotrain.errors import UserError
-from cotrain.tasks import Problem, make_task
+from cotrain.tasks import Problem, grading, make_task
 from cotrain.tasks.arith import (
     ArithTask,
     corrupt_solution,
@@ -340,6 +340,17 @@ def test_no_answer_takes_longer_than_its_limit_and_huge_ones_take_no_time():
         start = time.perf_counter()
         assert math_equal(pred, "1") is False and time.perf_counter() - start < 0.01
     assert math_equal("  \\text{(C)} ", "\\text{(C)}")  # the same text is equal without parsing it
+
+
+def test_a_killed_workers_replacement_starts_at_once_and_a_short_limit_does_not_kill_it():
+    """Right after a timeout, a call with a limit shorter than the replacement's start returns within
+    that limit (unequal, its answer unknown) and leaves the replacement starting: the call after answers."""
+    math_equal("9^{9^{9^{9}}}", "3", timeout=1.0)
+    replacement = grading._worker.pid
+    start = time.perf_counter()
+    math_equal("\\frac{1}{2}", "0.5", timeout=0.1)
+    assert time.perf_counter() - start < 0.4
+    assert math_equal("\\frac{1}{2}", "0.5", timeout=60.0) and grading._worker.pid == replacement
 
 
 def test_plain_number():

@@ -4,7 +4,8 @@ process that this module bounds in time.
 math-verify's own timeouts use `signal.alarm`, which works only on the main thread and cannot stop
 C code; sympy can also hang for minutes on a short input (`9^{9^{9^{...}}}`). So every comparison
 that is not a plain number runs in one long-lived child process; when an answer does not come back
-in time the child is killed and the next call starts a fresh one.
+in time the child is killed and a fresh one starts at once, importing math-verify while the caller
+goes on; the next call waits for it within its own limit.
 
 The child is a plain `python -c` that loads THIS file by path (so it imports neither `cotrain` nor
 the caller's `__main__`, unlike multiprocessing's spawn; and it is not a fork of a process that may
@@ -40,7 +41,7 @@ _BOOTSTRAP = (
 
 _lock = threading.Lock()
 _worker: subprocess.Popen | None = None
-_restarts = 0  # workers started by this process
+_warming = False  # the worker's answer to its warm-up comparison has not been read yet
 
 
 def plain_number(text: str) -> Fraction | None:
@@ -175,45 +176,72 @@ def shutdown_worker() -> None:
 
 
 def _verify_in_worker(pred: str, gold: str, timeout: float) -> bool:
-    """math-verify's verdict within `timeout` seconds of wall time. The first worker's start (importing
-    sympy, seconds) is not counted; restarting one after a timeout is, so that no answer takes longer."""
-    global _worker, _restarts
-    started = time.monotonic()
+    """math-verify's verdict within `timeout` seconds of wall time. The start of a worker that is
+    the first (or the first after `shutdown_worker`) is not counted: importing sympy takes seconds.
+    A replacement for a killed worker is started at once and its start is counted: when it is not
+    ready by the deadline the answer is False (as for a timeout) and it stays, still starting."""
+    global _worker, _warming
     with _lock:
-        if _worker is None or _worker.poll() is not None:
-            _worker = _start_worker()
-            _restarts += 1
-            if _restarts > 1:
-                timeout = max(timeout - (time.monotonic() - started), 0.05)
-        answer = _ask(_worker, pred, gold, timeout)
+        deadline = time.monotonic() + timeout
+        if _worker is None:
+            _worker = _spawn_worker()
+            if _read(_worker, STARTUP_TIMEOUT) is not True:
+                _kill(_worker)
+                _worker, _warming = None, False
+                raise RuntimeError("the math-verify worker process did not start (see its stderr above)")
+            _warming = False
+            deadline = time.monotonic() + timeout
+        elif _worker.poll() is not None:
+            _worker = _spawn_worker()  # died while idle or starting: its replacement's start counts
+        if _warming:
+            if _read(_worker, deadline - time.monotonic()) is None:
+                if _worker.poll() is not None:
+                    _worker = _spawn_worker()
+                return False
+            _warming = False
+        if deadline - time.monotonic() <= 0:
+            return False  # the warm-up took the whole limit; the worker is idle and ready
+        answer = _ask(_worker, pred, gold, deadline - time.monotonic())
         if answer is None:
             # Timed out or died: the child may still be computing, so it cannot answer the next call.
             _kill(_worker)
-            _worker = None
+            _worker = _spawn_worker()
             return False
         return answer
 
 
-def _start_worker() -> subprocess.Popen:
+def _spawn_worker() -> subprocess.Popen:
+    """A new worker, sent its warm-up comparison (whose answer `_warming` says is still unread)."""
+    global _warming
     if importlib.util.find_spec("math_verify") is None:
         from cotrain.errors import UserError
 
         raise UserError("math-verify is not installed: pip install math-verify (needed to grade math answers)")
     proc = subprocess.Popen([sys.executable, "-c", _BOOTSTRAP, __file__], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE)
-    # Warm-up: importing sympy takes seconds, which must not count against the first call's timeout.
-    if _ask(proc, "1", "1", STARTUP_TIMEOUT) is not True:
-        _kill(proc)
-        raise RuntimeError("the math-verify worker process did not start (see its stderr above)")
+    _send(proc, "1", "1")
+    _warming = True
     return proc
 
 
 def _ask(proc: subprocess.Popen, pred: str, gold: str, timeout: float) -> bool | None:
     """The worker's verdict on one pair, or None when it did not answer within `timeout` seconds."""
+    return _read(proc, timeout) if _send(proc, pred, gold) else None
+
+
+def _send(proc: subprocess.Popen, pred: str, gold: str) -> bool:
     try:
         # json.dumps escapes non-ASCII (even lone surrogates), so one request is always one ASCII line.
         proc.stdin.write((json.dumps([pred, gold]) + "\n").encode("ascii"))
         proc.stdin.flush()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _read(proc: subprocess.Popen, timeout: float) -> bool | None:
+    """The worker's next verdict, or None when none came within `timeout` seconds or it died."""
+    try:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
