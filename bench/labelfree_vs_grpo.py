@@ -47,6 +47,8 @@ def main(argv=None) -> None:
                          "batches, the others their shipped config's)")
     ap.add_argument("--judge-every-copy", action="store_true",
                     help="judge every answer, repeats too (selfplay.judge_distinct=false, the behaviour before it)")
+    ap.add_argument("--judge-early-stop", action="store_true",
+                    help="selfplay.judge_early_stop=true: a third judging pass only where the first two disagree")
     args = ap.parse_args(argv)
 
     import torch
@@ -79,6 +81,8 @@ def main(argv=None) -> None:
         raw["grpo"] = {**raw.get("grpo", {}), "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
         if args.judge_every_copy:
             raw["selfplay"] = {**raw.get("selfplay", {}), "judge_distinct": False}
+        if args.judge_early_stop:
+            raw["selfplay"] = {**raw.get("selfplay", {}), "judge_early_stop": True}
         return {**raw, **sizes, "train": {**sizes["train"], "micro_batch_size": micro}}
 
     sides = {
@@ -112,6 +116,12 @@ def main(argv=None) -> None:
         scales = [r["safe/scale"] for r in rows if r.get("safe/scale") is not None]
         if scales:
             print(f"{name}: safeguard scale of the solver's updates, mean over steps {statistics.mean(scales):.2f}")
+        # What judging decides, so that a cheaper judging is seen with its effect (means over the steps).
+        signals = ("judge/drawn", "judge/approve_rate", "judge/score_var", "gen/judge_score", "gt/judge_agree",
+                   "gap/judge", "rel/cons", "rel/sep", "rel/stab", "rel/pass_share_all", "prop/reward")
+        means = {k: statistics.mean(r[k] for r in rows if r.get(k) is not None) for k in signals
+                 if any(r.get(k) is not None for r in rows)}
+        print(f"{name}: " + "  ".join(f"{k}={v:.3f}" for k, v in means.items()))
     print(f"triad_over_grpo_step={statistics.mean(times['triad']) / base:.2f}")
     print(f"reliability_over_grpo_step={statistics.mean(times['reliability']) / base:.2f}")
 

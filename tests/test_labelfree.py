@@ -200,10 +200,11 @@ def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_veri
 
 @pytest.mark.parametrize("recipe,overrides", [
     ("triad", {}),
-    ("triad", {"selfplay": {"shared_model": True, "proposer_reward": "learnability", "solver_norm": "group"},
-               "grpo": {"beta": 0.1}}),
+    ("triad", {"selfplay": {"shared_model": True, "proposer_reward": "learnability", "solver_norm": "group",
+                            "judge_early_stop": True, "judge_passes": 3}, "grpo": {"beta": 0.1}}),
     ("reliability", {}),
-    ("reliability", {"reliability": {"solver_loss": "pg", "filter": False, "n_best_of": 1, "best_of": 3}}),
+    ("reliability", {"reliability": {"solver_loss": "pg", "filter": False, "n_best_of": 1, "best_of": 3},
+                     "selfplay": {"judge_early_stop": True, "judge_passes": 3}}),
     ("reliability", {"reliability": {"solver_loss": "rank", "n_old": 0}, "selfplay": {"shared_model": True}}),
 ])
 def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
@@ -226,6 +227,12 @@ def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
         assert rows[0]["gen/kl"] == pytest.approx(0.0, abs=1e-6) and rows[-1]["gen/kl"] > 0
     if not raw["selfplay"]["shared_model"]:
         assert (tmp_path / "final" / "proposer").is_dir() and (tmp_path / "final" / "judge").is_dir()
+    # passes drawn / passes scored: 1 without early stopping; with it, from 2 of 3 to all 3
+    drawn = [r["judge/drawn"] for r in rows]
+    if raw["selfplay"].get("judge_early_stop"):
+        assert all(2 / 3 <= d <= 1 for d in drawn) and min(drawn) < 1
+    else:
+        assert drawn == [1.0] * len(rows)
 
 
 def test_the_judge_samples_each_distinct_answer_once_and_copies_share_its_passes(sft_run, warm_verifier):
@@ -255,6 +262,34 @@ def test_the_judge_samples_each_distinct_answer_once_and_copies_share_its_passes
             assert torch.equal(out.scores[0], out.scores[2]) and torch.equal(out.scores[0], out.scores[4])
         else:
             assert passes == sampled
+
+
+def test_judging_stopped_early_draws_the_rest_only_where_the_first_passes_disagree(sft_run, warm_verifier):
+    """selfplay.judge_early_stop, P=3: every distinct pair gets 2 passes, a third only where they
+    disagree; an agreed pair's scores are its verdict 3 times, an open pair's its 3 drawn passes."""
+    from cotrain.models.build import load_model
+    from cotrain.rl.selfplay import judge_score
+    from cotrain.train.compute import Compute
+    from cotrain.train.selfplay import judge
+
+    start, _ = sft_run
+    model = load_model(warm_verifier)
+    questions = [f"{a}+{b}" for a in range(2, 7) for b in range(1, 5)]
+    answers = [f"Step 1: {q}={eval(q) + (i % 2)}\nFinal: {eval(q) + (i % 2)}" for i, q in enumerate(questions)]
+    cfg = build_config(labelfree_config("triad", start, warm_verifier, selfplay={"judge_early_stop": True,
+                                                                               "judge_passes": 3}))
+    cfg.verifier.temperature = 2.0  # a hot judge, so that some first rounds disagree
+    out = judge(cfg, model, questions, answers, Compute({"judge": 1}), step=1, timer=None)
+    n = len(answers)
+    first = [[judge_score([x.final]) for x in out.sampled[2 * i:2 * i + 2]] for i in range(n)]
+    open_ = [i for i in range(n) if first[i][0] != first[i][1]]
+    assert 0 < len(open_) < n, "the test needs agreeing and disagreeing first rounds"
+    assert out.rollout.completion_ids.shape[0] == len(out.sampled) == 2 * n + len(open_)
+    third = {i: judge_score([out.sampled[2 * n + j].final]) for j, i in enumerate(open_)}
+    for i in range(n):
+        expected = first[i] + [third[i]] if i in third else first[i] + first[i][:1]
+        assert out.scores[i].tolist() == expected
+        assert [judge_score([x.final]) for x in out.parsed[3 * i:3 * i + 3]] == expected
 
 
 def test_curriculum_raises_the_level_as_accuracy_rises(sft_run, tmp_path):

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from cotrain.rl.selfplay import (
+    agreement_round,
+    decided_scores,
     dpo_loss,
     judge_score,
     learnability_reward,
@@ -67,6 +69,26 @@ def test_judge_score():
     assert judge_score([]) == 0.5
     assert judge_score([None, None]) == 0.5
     assert judge_score([False, False]) == 0.0
+
+
+def test_agreement_round_is_the_smallest_majority():
+    """P=1: 1; P=2: 2 (both must be drawn); P=3: 2 of 3; P=4: 3 (2 of 4 is no majority); P=5: 3."""
+    assert [agreement_round(p) for p in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+
+
+def test_decided_scores_fill_the_passes_not_drawn_with_the_agreed_verdict():
+    """P=3, first round [1, 1]: decided, [1, 1, 1] (mean 1, where a third reject would give 2/3);
+    [0, 0] -> [0, 0, 0]; two unparsable [0.5, 0.5] agree too -> [0.5] * 3; [1, 0] is open (None).
+    P=5, first round [0, 0, 0] -> five 0s; [0, 0, 1] open. P=1: [1] -> [1]."""
+    assert decided_scores([1.0, 1.0], 3) == [1.0, 1.0, 1.0]
+    assert decided_scores([0.0, 0.0], 3) == [0.0, 0.0, 0.0]
+    assert decided_scores([0.5, 0.5], 3) == [0.5, 0.5, 0.5]
+    assert decided_scores([1.0, 0.0], 3) is None
+    assert decided_scores([0.0, 0.0, 0.0], 5) == [0.0] * 5
+    assert decided_scores([0.0, 0.0, 1.0], 5) is None
+    assert decided_scores([1.0], 1) == [1.0]
+    with pytest.raises(AssertionError):
+        decided_scores([1.0, 1.0, 1.0], 3)  # the first round of P=3 is 2 passes
 
 
 def test_mae_proposer_reward():

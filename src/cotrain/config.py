@@ -266,6 +266,11 @@ class SelfPlayConfig(_Section):
     judge_distinct: bool = Field(True, description=(
         "Judge each distinct (question, answer) pair once, its copies sharing its passes (each answer's "
         "score is still the mean of judge_passes passes; repeats are not judged or trained on again)."))
+    judge_early_stop: bool = Field(False, description=(
+        "Judge in two rounds: judge_passes // 2 + 1 passes first, the rest only for answers whose first "
+        "passes disagree; where they agree the majority is decided and the passes not drawn count as "
+        "that verdict (an approximation: an answer's score is 0 or 1 where the full passes might give "
+        "2/3; the judge trains only on the passes drawn)."))
     train_judge: bool = Field(True, description="triad: train the judge on its format reward (MAE).")
     solver_norm: Literal["role", "group"] = Field("role", description=(
         "triad: normalise the solver's advantages over its whole batch (MAE's per-role normalisation) or "

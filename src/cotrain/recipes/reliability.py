@@ -182,6 +182,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "judge/approve_rate": mean([float(x.final is True) for x in parsed]),
             "judge/score_var": scores.var(dim=2, unbiased=False).mean().item(),
             "judge/distinct": judged.distinct,
+            "judge/drawn": judged.drawn,
             **{f"rel/{k}": mean([s[k] for s in fresh]) for k in ("cons", "sep", "stab") if fresh},
             "rel/pass_share": mean([float(p) for p in passed[:len(props.fresh)]]) if props.fresh else 0.0,
             "rel/pass_share_all": mean([float(p) for p in passed]),

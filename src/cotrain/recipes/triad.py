@@ -174,6 +174,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "judge/approve_rate": mean([float(x.final is True) for x in parsed]),
             "judge/score_var": scores.var(dim=1, unbiased=False).mean().item(),
             "judge/distinct": judged.distinct,
+            "judge/drawn": judged.drawn,
             "gt/solver_acc": mean([float(c) for c in correct if c is not None]),
             "gt/judge_agree": judge_agreement(parsed, sp.judge_passes, correct),
             "gt/proposed_solver_acc": mean([float(c) for c in correct[:G * len(props.fresh)] if c is not None]),
@@ -209,7 +210,9 @@ def _solver_and_judge_backward(cfg: RunConfig, m, sro, rewards: torch.Tensor, jr
                                  micro_batch_size=cfg.train.micro_batch_size)}
     compute.add("gen", trained=st["gen"]["tokens_trained"] + st["gen"]["prompt_tokens_trained"])
     if sp.train_judge:
-        gj = g.model_copy(update={"group_size": sp.judge_passes, "max_new_tokens": cfg.verifier.max_new_tokens,
+        # Stopped early, an answer has fewer passes than judge_passes; the role baseline needs no groups.
+        passes = 1 if sp.judge_early_stop else sp.judge_passes
+        gj = g.model_copy(update={"group_size": passes, "max_new_tokens": cfg.verifier.max_new_tokens,
                                   "temperature": cfg.verifier.temperature, "beta": 0.0})
         st["judge"] = policy_backward(m.judge[0], jro, role_advantages(judge_rewards, ["judge"] * len(judge_rewards)),
                                       jro.completion_mask, gj, bf16=cfg.train.bf16,

@@ -138,6 +138,37 @@ def mae_solver_reward(judge: float, fmt: float) -> float:
     return 0.5 * judge + 0.5 * fmt
 
 
+def agreement_round(passes: int) -> int:
+    """Passes drawn first when judging stops early by agreement: the fewest that, all agreeing, are a
+    majority of `passes` whatever the others would say (P // 2 + 1: 2 of 3, 3 of 4 or 5).
+
+    Args:
+        passes: judging passes per answer, P >= 1.
+
+    Returns:
+        The first round's passes, in [1, P]; P itself when P <= 2 (nothing to stop).
+    """
+    assert passes >= 1, "at least one judging pass"
+    return passes // 2 + 1
+
+
+def decided_scores(first: list[float], passes: int) -> list[float] | None:
+    """The P pass scores of an answer whose first round agrees (every missing pass counted as the
+    agreed verdict), or None when the round disagrees and the rest must be drawn.
+
+    Args:
+        first: the scores (1, 0 or 0.5) of the first `agreement_round(passes)` passes.
+        passes: judging passes per answer, P.
+
+    Returns:
+        P scores, or None.
+    """
+    assert len(first) == agreement_round(passes), "one score per pass of the first round"
+    if len(set(first)) != 1:
+        return None
+    return first + [first[0]] * (passes - len(first))
+
+
 def role_advantages(rewards: torch.Tensor, roles: list[str], eps: float = 1e-4) -> torch.Tensor:
     """A_i = (r_i - mean of its role) / (population std of its role + eps); a role of one sample gets 0.
 

@@ -16,10 +16,10 @@ from cotrain.config import RunConfig
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_metrics import verifier_gap
 from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
-from cotrain.models.generate import Rollout, generate
+from cotrain.models.generate import Rollout, concat_rollouts, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_proposer_prompts, uses_chat
 from cotrain.models.verify import verify
-from cotrain.rl.selfplay import judge_score, role_advantages
+from cotrain.rl.selfplay import agreement_round, decided_scores, judge_score, role_advantages
 from cotrain.roles import proposer as proposer_role
 from cotrain.roles.verifier import Verification
 from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
@@ -226,13 +226,15 @@ def warmup_proposer(cfg: RunConfig, proposer, ptok, seeds: list[str], compute: C
 
 
 class Judgement(NamedTuple):
-    """A round of judging: N answers, P passes each, of which the judge sampled D * P (D distinct pairs)."""
+    """A round of judging: N answers, P passes each, of which the judge sampled D * P (D distinct pairs;
+    fewer with `selfplay.judge_early_stop`)."""
 
-    rollout: Rollout                # the sampled passes, D * P rows (the judge's training rows)
+    rollout: Rollout                # the sampled passes, D * P rows or fewer (the judge's training rows)
     sampled: list[Verification]     # their parsed verdicts, aligned with `rollout`
     parsed: list[Verification]      # each answer's P verdicts, N * P (copies of a pair share its verdicts)
     scores: torch.Tensor            # [N, P]: 1 approve, 0 reject, 0.5 unparsable
     distinct: float                 # D / N
+    drawn: float                    # passes drawn / (D * P): 1 unless judging stopped early
 
 
 def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str], compute: Compute, step: int,
@@ -241,16 +243,33 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
     or 0.5 (unparsable). With `selfplay.judge_distinct` each distinct (question, answer) pair is judged
     once and its copies share its passes: every answer's score is still the mean of P passes drawn
     for it alone, but a group's repeated answers (common once a solver is sure) are not judged again
-    and the judge does not train on repeats. `label` names the sampling seed's purpose (the safeguard's
-    probe judges with its own)."""
+    and the judge does not train on repeats. With `selfplay.judge_early_stop` a pair's passes stop once
+    the first `agreement_round(P)` agree: the missing passes count as that verdict in `scores` and
+    `parsed`; `rollout` and `sampled` hold the passes drawn, the first round's then the rest's. `label`
+    names the sampling seed's purpose (the safeguard's probe judges with its own)."""
     passes = cfg.selfplay.judge_passes
     model, jtok = judge
     pairs = list(zip(questions, answers))
     distinct = list(dict.fromkeys(pairs)) if cfg.selfplay.judge_distinct else pairs
-    jro, _, sampled = verify(model, jtok, [q for q, _ in distinct], [a for _, a in distinct], group_size=passes,
-                             temperature=cfg.verifier.temperature, max_new_tokens=cfg.verifier.max_new_tokens,
-                             seed=derive_seed(cfg.seed, label, step), bf16=cfg.train.bf16,
-                             draft_tokens=cfg.verifier.draft_tokens)
+    first = agreement_round(passes) if cfg.selfplay.judge_early_stop else passes
+
+    def draw(subset: list[tuple[str, str]], n: int, purpose: str):
+        return verify(model, jtok, [q for q, _ in subset], [a for _, a in subset], group_size=n,
+                      temperature=cfg.verifier.temperature, max_new_tokens=cfg.verifier.max_new_tokens,
+                      seed=derive_seed(cfg.seed, purpose, step), bf16=cfg.train.bf16,
+                      draft_tokens=cfg.verifier.draft_tokens)
+
+    jro, _, sampled = draw(distinct, first, label)
+    of_pair = [sampled[i * first:(i + 1) * first] for i in range(len(distinct))]   # each pair's passes
+    if first < passes:
+        decided = [decided_scores([judge_score([x.final]) for x in v], passes) for v in of_pair]
+        rest = [i for i, d in enumerate(decided) if d is None]
+        more_ro, _, more = draw([distinct[i] for i in rest], passes - first, label + "/rest")
+        k = passes - first
+        for j, i in enumerate(rest):
+            of_pair[i] = of_pair[i] + more[j * k:(j + 1) * k]
+        jro, sampled = concat_rollouts([jro, more_ro], jtok.pad_token_id), sampled + more
+        of_pair = [v + [v[0]] * (passes - len(v)) for v in of_pair]                  # decided: the verdict again
     forward, generated = rollout_tokens(jro)
     compute.add("judge", forward=forward, generated=generated)
     if timer is not None:
@@ -260,10 +279,11 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
         rows = [row_of[pair] for pair in pairs]
     else:
         rows = range(len(pairs))
-    parsed = [x for r in rows for x in sampled[r * passes:(r + 1) * passes]]
+    parsed = [x for r in rows for x in of_pair[r]]
     scores = torch.tensor([[judge_score([x.final]) for x in parsed[i * passes:(i + 1) * passes]]
                            for i in range(len(answers))]).view(len(answers), passes)     # [N, P]
-    return Judgement(jro, sampled, parsed, scores, len(distinct) / max(1, len(pairs)))
+    return Judgement(jro, sampled, parsed, scores, len(distinct) / max(1, len(pairs)),
+                     len(sampled) / max(1, len(distinct) * passes))
 
 
 # ---------------------------------------------------------------------- update and monitors
