@@ -17,7 +17,9 @@ Workloads (each timed three times after an untimed warm-up; the fastest counts):
   smollm2/verify   SmolLM2 verifying those 16 samples through the verifier's chat prompt, greedy,
                    96 tokens
 Each verify workload also runs drafted (`draft_tokens` = --draft), asserting the same verifications,
-and prints the speed-up and the forward passes of each.
+and prints the speed-up and the forward passes of each. With --compiled, each workload also runs
+compiled (`generate(compiled=True)`: static KV cache, torch.compile, every pass over all rows),
+asserting the same samples, and prints its first call (compilation included) and the speed-up.
 
 Run:  python bench/rollout_efficiency.py                (fp32, 2 threads; --no-smollm2 for the tiny model only)
 The last line is `rollout_efficiency=X.XX` of tiny/rollout (the rollout of the benchmarks' GRPO step).
@@ -76,8 +78,9 @@ def report(name: str, m: dict, tokens: int) -> None:
           f"{tokens / m['wall']:8.1f} tokens/s  rollout_efficiency {m['efficiency']:.2f}")
 
 
-def verify_both(name: str, model, tok, questions, texts, max_new_tokens: int, draft: int) -> None:
-    """Greedy verification of (question, text) pairs, plain and drafted: times, passes, equality."""
+def verify_both(name: str, model, tok, questions, texts, max_new_tokens: int, draft: int,
+                compiled: bool = False) -> None:
+    """Greedy verification of (question, text) pairs, plain and drafted (and compiled): times, passes, equality."""
     import torch
 
     from cotrain.models.verify import verify
@@ -94,6 +97,29 @@ def verify_both(name: str, model, tok, questions, texts, max_new_tokens: int, dr
     assert same, "drafted decoding changed a verification"
     print(f"{'':16s} drafted/plain: {plain['wall'] / drafted['wall']:.2f}x faster, passes {plain['passes']} -> "
           f"{drafted['passes']}, same verifications: {same}")
+    if compiled:
+        compiled_vs_plain(name, model, lambda **k: verify(model, tok, questions, texts, greedy=True,
+                                                          max_new_tokens=max_new_tokens, seed=0, **k)[0], plain)
+
+
+def compiled_vs_plain(name: str, model, run, plain: dict) -> None:
+    """`run(compiled=True)` against the plain loop's measurement `plain`: the first call (compiling),
+    then the fastest of three, and whether the samples are the same."""
+    import torch
+
+    t = time.perf_counter()
+    run(compiled=True)
+    first = time.perf_counter() - t
+    best, result = None, None
+    for _ in range(3):
+        t = time.perf_counter()
+        result = run(compiled=True)
+        wall = time.perf_counter() - t
+        best = wall if best is None else min(best, wall)
+    same = torch.equal(result.completion_ids, plain["result"].completion_ids)
+    assert same, f"compiled decoding changed the samples of {name}"
+    print(f"{name + '+compiled':16s} {best:7.3f} s  (first call {first:.1f} s, compiling)  compiled/plain: "
+          f"{plain['wall'] / best:.2f}x faster, same samples: {same}")
 
 
 def main(argv=None) -> None:
@@ -101,6 +127,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draft", type=int, default=4, help="draft_tokens of the drafted runs")
     ap.add_argument("--no-smollm2", action="store_true", help="skip the SmolLM2 workloads")
+    ap.add_argument("--compiled", action="store_true", help="also run each workload with compiled decoding")
     args = ap.parse_args(argv)
 
     import torch
@@ -121,17 +148,22 @@ def main(argv=None) -> None:
     task = build_task(build_config({"task": dict(TASK)}))
     questions = [p.question for p in task.problems("train", 16, seed=1)]
     prompts = encode_generator_prompts(tok, questions)
-    rollout = measure(model, lambda: generate(model, prompts, group_size=8, max_new_tokens=24, eos_id=tok.eos_token_id,
-                                              pad_id=tok.pad_token_id, seed=0))
+    def tiny_rollout(**k):
+        return generate(model, prompts, group_size=8, max_new_tokens=24, eos_id=tok.eos_token_id,
+                        pad_id=tok.pad_token_id, seed=0, **k)
+    rollout = measure(model, tiny_rollout)
     ro = rollout["result"]
     report("tiny/rollout", rollout, int(ro.completion_mask.sum()))
+    if args.compiled:
+        compiled_vs_plain("tiny/rollout", model, tiny_rollout, rollout)
     warm = Path(__file__).resolve().parent / "out" / "tango_vs_grpo" / "tango" / "warmup" / "verifier"
     if warm.is_dir():
         verifier, vtok = load_model(warm)
         verifier.eval()
         pairs = list(dict.fromkeys(zip([q for q in questions for _ in range(8)],
                                        decode_completions(tok, ro.completion_ids, ro.completion_mask))))
-        verify_both("tiny/verify", verifier, vtok, [q for q, _ in pairs], [t for _, t in pairs], 64, args.draft)
+        verify_both("tiny/verify", verifier, vtok, [q for q, _ in pairs], [t for _, t in pairs], 64, args.draft,
+                    args.compiled)
     else:
         print(f"tiny/verify      skipped: no verifier at {warm} (run bench/tango_vs_grpo.py first)")
 
@@ -149,12 +181,16 @@ def main(argv=None) -> None:
             words = build_task(build_config({"task": {"name": "wordproblems", "n_steps": [1, 1], "max_number": 10}}))
             wq = [p.question for p in words.problems("train", 4, seed=1)]
             wp = encode_generator_prompts(btok, wq)
-            big_ro = measure(big, lambda: generate(big, wp, group_size=4, max_new_tokens=128, temperature=0.7,
-                                                   eos_id=btok.eos_token_id, pad_id=btok.pad_token_id, seed=0),
-                             repeats=2)
+            def big_rollout(**k):
+                return generate(big, wp, group_size=4, max_new_tokens=128, temperature=0.7,
+                                eos_id=btok.eos_token_id, pad_id=btok.pad_token_id, seed=0, **k)
+            big_ro = measure(big, big_rollout, repeats=2)
             report("smollm2/rollout", big_ro, int(big_ro["result"].completion_mask.sum()))
+            if args.compiled:
+                compiled_vs_plain("smollm2/rollout", big, big_rollout, big_ro)
             texts = decode_completions(btok, big_ro["result"].completion_ids, big_ro["result"].completion_mask)
-            verify_both("smollm2/verify", big, btok, [q for q in wq for _ in range(4)], texts, 96, args.draft)
+            verify_both("smollm2/verify", big, btok, [q for q in wq for _ in range(4)], texts, 96, args.draft,
+                        args.compiled)
     print(f"rollout_efficiency={rollout['efficiency']:.2f}")
 
 

@@ -35,6 +35,9 @@ def test_model_path_replaces_default_preset():
     ({}, ["train.lr"], "not of the form key.sub=value"),
     # a section given a scalar
     ({"train": 3}, [], "must be a mapping"),
+    # compiled decoding has no drafting
+    ({}, ["rollout.compile=true", "rollout.draft_tokens=4"], "rollout.compile and rollout.draft_tokens cannot be combined"),
+    ({}, ["verifier.compile=true", "verifier.draft_tokens=4"], "cannot be combined"),
 ])
 def test_bad_configs_raise_one_clear_line(raw, overrides, message):
     with pytest.raises(UserError) as info:

@@ -202,6 +202,39 @@ class _Oracle:
 
 
 @pytest.mark.parametrize("greedy", [True, False])
+def test_compiled_decoding_gives_the_samples_of_plain_decoding(nano, greedy, monkeypatch):
+    """`generate(compiled=True)`: the static cache and the loop that keeps finished rows give the
+    completions, ends and truncation flags of the plain loop, and its log-probs and entropies up to
+    float rounding (dynamo traces the model; the "eager" backend skips code generation)."""
+    import cotrain.models.generate as gen
+
+    monkeypatch.setattr(gen, "COMPILE_BACKEND", "eager")
+    model, tok = nano
+    prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n", "9-9\n"]]
+    kw = dict(max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.3, top_p=0.95,
+              greedy=greedy, seed=5, bf16=False, group_size=3)
+    plain = _generate(model, prompts, 0, **kw)
+    # sampled, a row ends while others go on (greedy, the untrained nano model writes to the limit)
+    assert 0 < plain.truncated.sum() < len(plain.truncated) or greedy
+    ro = _generate(model, prompts, 0, compiled=True, **kw)
+    for name in ("completion_ids", "completion_mask", "truncated", "prompt_ids", "prompt_mask"):
+        assert torch.equal(getattr(ro, name), getattr(plain, name)), name
+    assert torch.allclose(ro.logp, plain.logp, atol=1e-9) and torch.allclose(ro.entropy, plain.entropy, atol=1e-9)
+
+
+@pytest.mark.heavy
+def test_compiled_decoding_with_inductor_gives_the_samples_of_plain_decoding(nano):
+    """The same check with the code torch.compile generates (inductor: a C++ compiler, half a minute)."""
+    model, tok = nano
+    prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n"]]
+    kw = dict(max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.0, top_p=1.0,
+              greedy=False, seed=3, bf16=False, group_size=2)
+    plain, ro = _generate(model, prompts, 0, **kw), _generate(model, prompts, 0, compiled=True, **kw)
+    assert torch.equal(ro.completion_ids, plain.completion_ids) and torch.equal(ro.truncated, plain.truncated)
+    assert torch.allclose(ro.logp, plain.logp, atol=1e-9)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
 def test_drafted_decoding_gives_the_samples_of_plain_decoding(nano, greedy):
     """Drafted decoding keeps a draft only where the sampler, with the row's own uniform, chose it anyway:
     with drafts that are perfect, partly wrong or from prompt lookup, at any draft length, the

@@ -161,6 +161,20 @@ def test_drafted_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path):
     assert_golden(tmp_path, TANGO_GOLDEN)
 
 
+def test_compiled_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path, monkeypatch):
+    """`rollout.compile` and `verifier.compile` change only how sampling runs: the golden run with
+    compiled rollouts, verifications and verifier RL rollouts gives the golden metrics (the "eager"
+    backend: dynamo's tracing and the static-cache loop without code generation)."""
+    import cotrain.models.generate as gen
+
+    monkeypatch.setattr(gen, "COMPILE_BACKEND", "eager")
+    raw = _golden_config(sft_run[0])
+    raw["rollout"] = {"compile": True}
+    raw["verifier"]["compile"] = True
+    run_recipe(build_config(raw), tmp_path)
+    assert_golden(tmp_path, TANGO_GOLDEN)
+
+
 # Fixed-seed regression: what this code produced (seed 0, the float64 nano world of conftest.py); holds
 # on any x86-64 CPU (tests/golden.py).
 # recorded with RL Tango's defaults (alpha 0.1 decaying, w_format 0.8, unclamped class weights, a lone

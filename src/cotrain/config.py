@@ -197,10 +197,17 @@ class VerifierConfig(_Section):
     draft_tokens: int = Field(0, ge=0, le=64, description=(
         "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
         "guessed tokens per forward pass; verdicts unchanged up to float rounding (bench/README.md). 0: off."))
+    compile: bool = Field(False, description=(
+        "Decode the verifier's or judge's verifications with a static KV cache through torch.compile (the "
+        "shape-stable loop that GPU compilation and CUDA graphs need); verdicts unchanged up to float rounding, "
+        "every pass runs all rows, the first call per model compiles. No gain on a CPU (bench/README.md). "
+        "Not with draft_tokens."))
 
     @model_validator(mode="after")
     def _check(self):
         ModelConfig.check_device(self.device)
+        if self.compile and self.draft_tokens:
+            raise ValueError("verifier.compile and verifier.draft_tokens cannot be combined: choose one")
         if self.warmup_corrupt_frac + self.warmup_clean_frac > 1:
             raise ValueError(f"verifier.warmup_corrupt_frac + warmup_clean_frac must be at most 1, got "
                              f"{self.warmup_corrupt_frac} + {self.warmup_clean_frac}")
@@ -407,6 +414,17 @@ class RolloutConfig(_Section):
     draft_tokens: int = Field(0, ge=0, le=64, description=(
         "HF path: drafted decoding (prompt lookup) of the generator's rollouts, up to this many guessed tokens "
         "per forward pass; samples unchanged up to float rounding (bench/README.md: when it pays). 0: off."))
+    compile: bool = Field(False, description=(
+        "HF path: decode the generator's rollouts with a static KV cache through torch.compile (the "
+        "shape-stable loop that GPU compilation and CUDA graphs need); samples unchanged up to float rounding, "
+        "every pass runs all rows, the first rollout per model compiles. No gain on a CPU (bench/README.md). "
+        "Not with draft_tokens."))
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.compile and self.draft_tokens:
+            raise ValueError("rollout.compile and rollout.draft_tokens cannot be combined: choose one")
+        return self
 
 
 class RunConfig(_Section):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, StaticCache
 
 from cotrain import dist
 
@@ -112,6 +112,7 @@ def generate(
     bf16: bool = False,
     group_size: int = 1,
     draft_tokens: int = 0,
+    compiled: bool = False,
 ) -> Rollout:
     """Sample `group_size` completions of each prompt; rows of a group are contiguous in the result.
 
@@ -130,13 +131,18 @@ def generate(
             rounding (the logits come from a wider forward pass), greedy or sampled; only the number of
             forward passes changes. Pays where outputs copy their prompt (a verifier quoting the steps
             it checks) and a pass costs about the same for a few more tokens (weights read once).
+        compiled: decode with a static KV cache (HF `StaticCache`, preallocated for the prompt and
+            `max_new_tokens`) through `torch.compile(model, dynamic=True)`: the shape-stable loop that
+            compilation and CUDA graphs need. Finished rows stay in the batch (their tokens are not
+            kept), so every pass runs all rows; the samples are those of the plain loop up to float
+            rounding. The first call per model compiles (tens of seconds on a CPU). Not with drafting.
     """
     model = dist.plain_copy(model)  # a model sharded with FSDP2 samples from its plain copy
 
     def sample(mine, first):
         return _generate(model, mine, first, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
                          temperature=temperature, top_p=top_p, greedy=greedy, seed=seed, bf16=bf16,
-                         group_size=group_size, draft_tokens=draft_tokens)
+                         group_size=group_size, draft_tokens=draft_tokens, compiled=compiled)
     return split_by_rank(prompts, pad_id, sample)
 
 
@@ -176,7 +182,7 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
 @torch.no_grad()
 def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_tokens: int, eos_id: int, pad_id: int,
               temperature: float, top_p: float, greedy: bool, seed: int | None, bf16: bool, group_size: int,
-              draft_tokens: int = 0, drafter=None) -> Rollout:
+              draft_tokens: int = 0, drafter=None, compiled: bool = False) -> Rollout:
     """`generate` of this process's prompts, the first of which is group `first_group` of the rollout;
     `drafter` (anything with `NgramDrafter.draft`) replaces the prompt lookup of drafted decoding."""
     if not prompts:
@@ -218,6 +224,8 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
             drafter = drafter or NgramDrafter([list(p) for p in prompts for _ in range(group_size)])
             _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16, device, drafter, draft_tokens,
                             pad_id=pad_id, **options)
+        elif compiled:
+            _static_decode(model, logits, attn, next_pos, cache, noise, bf16, device, **options)
         else:
             _plain_decode(model, logits, attn, next_pos, cache, noise, bf16, device, **options)
     width = int(out_mask.sum(-1).max().item()) if n else 0
@@ -258,6 +266,47 @@ def _plain_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, devic
         with autocast(bf16, device):
             logits = model(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                            past_key_values=cache, use_cache=True).logits[:, -1]
+        next_pos = next_pos + 1
+
+
+COMPILE_BACKEND = "inductor"
+"""The `torch.compile` backend of compiled decoding (tests use "eager": the same loop, no code generation)."""
+
+
+def _static_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, *, eos_id: int,
+                   temperature: float, top_p: float, greedy: bool, out: tuple) -> None:
+    """The decode loop of `generate(compiled=True)`: the prompt's cache (`cache`, dynamic) is copied into
+    a `StaticCache` as long as prompt + max_new_tokens, and every pass runs all N rows through the
+    compiled model at the next cache position; a row's tokens are kept until its eos."""
+    out_ids, out_logp, out_entropy, out_mask, truncated = out
+    n, max_new_tokens = out_ids.shape
+    p = attn.shape[1]
+    static = StaticCache(config=model.config, max_cache_len=p + max_new_tokens)
+    for layer, prompt_layer in zip(static.layers, cache.layers):
+        layer.update(prompt_layer.keys, prompt_layer.values)
+    attn = torch.cat([attn, attn.new_zeros((n, max_new_tokens))], dim=-1)       # [N, P + max_new_tokens]
+    # A new wrapper per rollout is cheap: dynamo caches the compiled code per model (guarded on its identity).
+    forward = torch.compile(model, dynamic=True, backend=COMPILE_BACKEND)
+    live = torch.ones(n, dtype=torch.bool)
+    for t in range(max_new_tokens):
+        tokens, logp_all = choose_tokens(logits, None if greedy else noise[:, t], temperature=temperature,
+                                         top_p=top_p, greedy=greedy)
+        rows = live.nonzero().squeeze(-1)
+        rows_dev = rows.to(device)
+        out_ids[rows, t] = tokens[rows_dev].cpu()
+        out_logp[rows, t] = logp_all[rows_dev].gather(-1, tokens[rows_dev, None]).squeeze(-1).cpu()
+        out_entropy[rows, t] = entropy_of(logp_all[rows_dev]).cpu()
+        out_mask[rows, t] = 1
+        ended = live & (tokens == eos_id).cpu()
+        truncated[ended] = False
+        live &= ~ended
+        if not live.any() or t == max_new_tokens - 1:
+            return
+        attn[:, p + t] = 1
+        with autocast(bf16, device):
+            logits = forward(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                             past_key_values=static, use_cache=True,
+                             cache_position=torch.tensor([p + t], device=device)).logits[:, -1]
         next_pos = next_pos + 1
 
 

@@ -26,10 +26,10 @@ def encode_verifier_prompts(tokenizer: PreTrainedTokenizerBase, questions: list[
 
 def verify(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, questions: list[str], completions: list[str],
            *, group_size: int = 1, greedy: bool = False, temperature: float = 1.0, max_new_tokens: int = 64,
-           seed: int | None = None, bf16: bool = False, draft_tokens: int = 0
+           seed: int | None = None, bf16: bool = False, draft_tokens: int = 0, compiled: bool = False
            ) -> tuple[Rollout, list[str], list[vrole.Verification]]:
     """`group_size` verifications of each (question, completion), groups contiguous; never raises on
-    malformed text. `draft_tokens`: drafted decoding (see `generate`).
+    malformed text. `draft_tokens`: drafted decoding, `compiled`: compiled decoding (see `generate`).
 
     Returns:
         (rollout [N*group_size rows], decoded verifications, parsed verifications).
@@ -37,7 +37,7 @@ def verify(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, questions
     prompts = encode_verifier_prompts(tokenizer, questions, completions)
     ro = generate(model, prompts, group_size=group_size, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
                   pad_id=tokenizer.pad_token_id, greedy=greedy, temperature=temperature, seed=seed, bf16=bf16,
-                  draft_tokens=draft_tokens)
+                  draft_tokens=draft_tokens, compiled=compiled)
     texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
     n_steps = [len(vrole.split_steps(c)) for c in completions for _ in range(group_size)]
     return ro, texts, [vrole.parse(t, k) for t, k in zip(texts, n_steps)]

@@ -26,7 +26,7 @@ class Sampler:
     def __init__(self, cfg: RunConfig, model, tokenizer, run_dir: Path):
         self.engine, self.tis_cap, self.pad_id = None, None, tokenizer.pad_token_id
         r = cfg.rollout
-        self.draft_tokens = r.draft_tokens
+        self.draft_tokens, self.compiled = r.draft_tokens, r.compile
         if r.engine != "vllm":
             return
         from cotrain.models.build import save_model
@@ -45,7 +45,8 @@ class Sampler:
     def __call__(self, model, prompts: list[list[int]], *, seed: int, bf16: bool = False, **kwargs):
         """`generate(model, prompts, seed=seed, bf16=bf16, **kwargs)`, on the configured engine."""
         if self.engine is None:
-            return generate(model, prompts, seed=seed, bf16=bf16, draft_tokens=self.draft_tokens, **kwargs)
+            return generate(model, prompts, seed=seed, bf16=bf16, draft_tokens=self.draft_tokens,
+                            compiled=self.compiled, **kwargs)
         return split_by_rank(prompts, self.pad_id, lambda mine, first: self.engine.generate(
             mine, seed=derive_seed(seed, first), **kwargs))
 

@@ -257,7 +257,7 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
         return verify(model, jtok, [q for q, _ in subset], [a for _, a in subset], group_size=n,
                       temperature=cfg.verifier.temperature, max_new_tokens=cfg.verifier.max_new_tokens,
                       seed=derive_seed(cfg.seed, purpose, step), bf16=cfg.train.bf16,
-                      draft_tokens=cfg.verifier.draft_tokens)
+                      draft_tokens=cfg.verifier.draft_tokens, compiled=cfg.verifier.compile)
 
     jro, _, sampled = draw(distinct, first, label)
     of_pair = [sampled[i * first:(i + 1) * first] for i in range(len(distinct))]   # each pair's passes

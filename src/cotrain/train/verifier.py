@@ -49,7 +49,8 @@ def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: Ve
     distinct = list(dict.fromkeys(pairs)) if v.greedy_verdicts else pairs
     vro, _, parsed_distinct = verify(verifier, vtok, [q for q, _ in distinct], [t for _, t in distinct],
                                      greedy=v.greedy_verdicts, temperature=v.temperature,
-                                     max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16, draft_tokens=v.draft_tokens)
+                                     max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16, draft_tokens=v.draft_tokens,
+                                     compiled=v.compile)
     index = {pair: i for i, pair in enumerate(distinct)}
     parsed = [parsed_distinct[index[pair]] for pair in pairs] if v.greedy_verdicts else parsed_distinct
     return vro, parsed, len(distinct) / len(pairs)
@@ -141,7 +142,7 @@ class VerifierRL:
                        group_size=self.per_prompt, max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id,
                        pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p,
                        seed=derive_seed(cfg.seed, "verifier-rollout", self.step_count), bf16=cfg.train.bf16,
-                       draft_tokens=cfg.rollout.draft_tokens)
+                       draft_tokens=cfg.rollout.draft_tokens, compiled=cfg.rollout.compile)
         self.compute.add("gen", forward=rollout_tokens(sro)[0])  # these samples train no one: not "generated"
         solutions = decode_completions(tokenizer, sro.completion_ids, sro.completion_mask)
         problems = [p for p in prompt_problems for _ in range(self.per_prompt)]
@@ -159,7 +160,7 @@ class VerifierRL:
         vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], solutions, group_size=v.group_size,
                                 temperature=v.temperature, max_new_tokens=v.max_new_tokens,
                                 seed=derive_seed(cfg.seed, "verifier-verify", self.step_count), bf16=cfg.train.bf16,
-                                draft_tokens=v.draft_tokens)
+                                draft_tokens=v.draft_tokens, compiled=v.compile)
         forward, generated = rollout_tokens(vro)
         labels = [c for c in correct for _ in range(v.group_size)]                       # [S*Gv]
         rewards = verifier_rewards([x.final for x in parsed], labels, [x.format for x in parsed], v.w_format,
