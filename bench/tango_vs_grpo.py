@@ -42,6 +42,8 @@ def main(argv=None) -> None:
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (default: fp32)")
     ap.add_argument("--micro-batch", type=int, default=None,
                     help="train.micro_batch_size of both sides (groups chunked by length; default: whole batches)")
+    ap.add_argument("--verify-share", type=float, default=1.0,
+                    help="verifier.verify_share: verify only this share of the distinct samples, the least sure")
     args = ap.parse_args(argv)
 
     import torch
@@ -64,7 +66,7 @@ def main(argv=None) -> None:
         "checkpoint": {"every": 0}, "log": {"progress": False, "tensorboard": False},
     }
     verifier = {"warmup_sft_steps": 100, "warmup_batch_size": 32, "warmup_sft_lr": 2e-3, "warmup_samples": 512,
-                "solutions": args.solutions, "group_size": 4, "max_new_tokens": 64}
+                "solutions": args.solutions, "group_size": 4, "max_new_tokens": 64, "verify_share": args.verify_share}
     sides = {
         "grpo": (grpo, build_config({**common, "recipe": "grpo"})),
         "tango": (tango, build_config({**common, "recipe": "tango", "verifier": verifier,
@@ -105,6 +107,13 @@ def main(argv=None) -> None:
     if all(flops.values()):
         print(f"estimated FLOPs after {args.steps} steps: grpo {flops['grpo']:.3g}, tango {flops['tango']:.3g} "
               f"(warm-up included), ratio {flops['tango'] / flops['grpo']:.2f}")
+    # What the verification decides, so that a cheaper one is seen with its effect (means over the steps).
+    keys = ("gen/reward", "cotrain/distinct_verified", "gen/process_usable", "gen/adv_process_abs", "cotrain/agree")
+    print("tango: " + "  ".join(f"{k}={statistics.mean(r[k] for r in tango_rows if k in r):.3f}" for k in keys
+                                if any(k in r for r in tango_rows)))
+    for name in sides:
+        final = json.loads((OUT / name / "eval.json").read_text())["generator"]["test"]["pass@1"]
+        print(f"{name}: greedy pass@1 on 32 test problems after {args.steps} steps: {final:.3f}")
     print(f"tango_over_grpo_step={statistics.mean(times['tango']) / statistics.mean(times['grpo']):.2f}")
 
 

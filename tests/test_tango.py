@@ -161,6 +161,38 @@ def test_drafted_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path):
     assert_golden(tmp_path, TANGO_GOLDEN)
 
 
+def test_verifying_a_share_verifies_the_least_sure_distinct_samples_alone(sft_run, warm_verifier):
+    """verifier.verify_share 0.5: of 7 distinct (question, sample) pairs (8 samples, the last a repeat
+    of the first, sharing its verdicts) the 4 of highest mean token entropy are verified, with the
+    verdicts full verification gives them; the other 3 have no verdict and no step verdicts."""
+    from cotrain.models.build import load_model
+    from cotrain.models.generate import Rollout
+    from cotrain.train.verifier import verify_samples
+
+    verifier, vtok = load_model(warm_verifier)
+    questions = ["3+4", "3+4", "5+1", "5+1", "2+2", "6-1", "7+0", "3+4"]
+    texts = ["Step 1: 3+4=7\nFinal: 7", "Step 1: 3+4=8\nFinal: 8", "Step 1: 5+1=6\nFinal: 6", "Step 1: 5+1=7\nFinal: 7",
+             "Step 1: 2+2=4\nFinal: 4", "Step 1: 6-1=5\nFinal: 5", "Step 1: 7+0=7\nFinal: 7", "Step 1: 3+4=7\nFinal: 7"]
+    entropy = torch.tensor([[0.1, 0.3], [2.0, 2.0], [0.5, 0.5], [1.0, 3.0], [0.0, 0.2], [1.2, 1.2], [0.4, 0.0], [9.0, 9.0]])
+    mask = torch.tensor([[1, 1]] * 6 + [[1, 0], [1, 1]])  # sample 6: one token, mean 0.4; 7 repeats 0 (its first)
+    ro = Rollout(*(torch.zeros(8, 2, dtype=torch.long),) * 4, torch.zeros(8, 2), entropy, torch.zeros(8, dtype=torch.bool))
+    ro.completion_mask = mask
+    v = build_config({"verifier": {"max_new_tokens": 40}}).verifier
+    _, full, share_all = verify_samples(verifier, vtok, questions, texts, v, seed=0, bf16=False, rollout=ro)
+    assert share_all == pytest.approx(7 / 8)  # 7 distinct pairs of 8 samples
+    v.verify_share = 0.5
+    _, part, share = verify_samples(verifier, vtok, questions, texts, v, seed=0, bf16=False, rollout=ro)
+    # mean entropies of the distinct pairs 0..6: 0.2, 2.0, 0.5, 2.0, 0.1, 1.2, 0.4 -> ceil(3.5) = 4 kept: 1, 3, 5, 2
+    verified = {1, 2, 3, 5}
+    assert share == pytest.approx(4 / 8)
+    for i in range(8):
+        d = i if i < 7 else 0
+        if d in verified:
+            assert part[i] == full[i]
+        else:
+            assert part[i].final is None and part[i].steps == [] and part[i].format == 0.0
+
+
 def test_compiled_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path, monkeypatch):
     """`rollout.compile` and `verifier.compile` change only how sampling runs: the golden run with
     compiled rollouts, verifications and verifier RL rollouts gives the golden metrics (the "eager"

@@ -8,6 +8,7 @@ from cotrain.rl.tango import (
     class_weights,
     generator_rewards,
     mix_advantages,
+    most_uncertain,
     process_advantages,
     step_rewards,
     step_token_ends,
@@ -92,6 +93,18 @@ def test_verifier_rewards():
     assert torch.allclose(verifier_rewards(final, correct, fmt, 0.2), torch.tensor([1.2, 0.1, 0.0, 1.2]))
     assert torch.allclose(verifier_rewards(final, correct, fmt, 0.2, adversarial=True, w_catch=1.0),
                           torch.tensor([1.2, 0.1, 0.0, 2.2]))
+
+
+def test_most_uncertain_keeps_the_highest_scores_in_their_order():
+    """[0.2, 0.9, 0.5, 0.9, 0.1], share 0.5: ceil(2.5) = 3 kept, 0.9 (i=1), 0.9 (i=3), 0.5 (i=2) ->
+    [1, 2, 3]; share 0.2: 1 kept, the tie at 0.9 goes to the earlier (i=1); share 0.01: still one;
+    share 1: all; no items: none."""
+    u = [0.2, 0.9, 0.5, 0.9, 0.1]
+    assert most_uncertain(u, 0.5) == [1, 2, 3]
+    assert most_uncertain(u, 0.2) == [1]
+    assert most_uncertain(u, 0.01) == [1]
+    assert most_uncertain(u, 1.0) == [0, 1, 2, 3, 4]
+    assert most_uncertain([], 0.5) == []
 
 
 def test_generator_rewards():

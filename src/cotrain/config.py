@@ -177,6 +177,10 @@ class VerifierConfig(_Section):
     max_new_tokens: int = Field(64, ge=1, description="Length limit of a verification.")
     greedy_verdicts: bool = Field(True, description=(
         "Verify the generator's samples greedily for its process rewards (else one sampled verification)."))
+    verify_share: float = Field(1.0, gt=0, le=1, description=(
+        "tango: verify only this share of each step's distinct generator samples, those the generator was least sure "
+        "of (highest mean token entropy). The others get no verdict (no process reward, as an unparsable "
+        "verification). 1: all (RL Tango)."))
     w_format: float = Field(0.8, ge=0, description="Weight of the format score in the verifier's reward (RL Tango: 0.8).")
     class_decay: float = Field(0.8, ge=0, lt=1, description="EMA decay of the class counts behind the class reweighting.")
     reweight: bool = Field(True, description="Reweight the verifier's advantages by class (GT-correct vs incorrect).")

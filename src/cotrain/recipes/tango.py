@@ -146,7 +146,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         timer.lap("gen", generated)
 
         # -------------------------------------------------------------- verification of every sample
-        vro, parsed, distinct = verify_samples(verifier, vtok, [p.question for p in problems], texts, v,
+        vro, parsed, distinct = verify_samples(verifier, vtok, [p.question for p in problems], texts, v, rollout=ro,
                                                seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16)
         forward, verified = rollout_tokens(vro)
         compute.add("ver", forward=forward)

@@ -127,6 +127,23 @@ def verifier_rewards(final: list[bool | None], correct: list[bool], fmt: list[fl
     return torch.tensor(out)
 
 
+def most_uncertain(uncertainty: list[float], share: float) -> list[int]:
+    """The indices of the ceil(share * N) most uncertain items (highest first among equals: the earlier),
+    in their original order; all N when share >= 1.
+
+    Args:
+        uncertainty: a score per item, higher = less sure (e.g. a sample's mean token entropy).
+        share: in (0, 1].
+
+    Returns:
+        Sorted indices, at least one when there are items.
+    """
+    n = len(uncertainty)
+    k = min(n, max(1, math.ceil(share * n))) if n else 0
+    ranked = sorted(range(n), key=lambda i: (-uncertainty[i], i))
+    return sorted(ranked[:k])
+
+
 def generator_rewards(correct: list[bool], approved: list[bool | None], adversarial: bool = False,
                       w_approve: float = 0.5) -> torch.Tensor:
     """Outcome reward 1[correct]; adversarial (GAR) adds w_approve for correct solutions the verifier approves.

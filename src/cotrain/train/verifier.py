@@ -23,8 +23,8 @@ from cotrain.models.generate import Rollout, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
 from cotrain.models.verify import encode_verifier_prompts, step_ends, verify
 from cotrain.rl.losses import group_advantages
-from cotrain.rl.tango import class_weights, process_advantages, step_rewards, verifier_rewards
-from cotrain.roles.verifier import Verification, reference_verification, split_steps
+from cotrain.rl.tango import class_weights, most_uncertain, process_advantages, step_rewards, verifier_rewards
+from cotrain.roles.verifier import Verification, parse, reference_verification, split_steps
 from cotrain.runs.rundir import Progress
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
@@ -41,19 +41,33 @@ None (unlabelled): ground truth, or a label-free recipe's pseudo-label."""
 
 
 def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: VerifierConfig, *, seed: int,
-                   bf16: bool) -> tuple[Rollout, list[Verification], float]:
+                   bf16: bool, rollout: Rollout | None = None) -> tuple[Rollout, list[Verification], float]:
     """The verifier's verdicts on each sample: (its rollout, the parsed verification of each sample, the
-    share of distinct (question, sample) pairs). Greedy verification of a repeated pair gives the same
-    verdicts, so each distinct pair is verified once (a group often repeats its correct solutions)."""
+    share of (question, sample) pairs verified). Greedy verification of a repeated pair gives the same
+    verdicts, so each distinct pair is verified once (a group often repeats its correct solutions).
+    With `v.verify_share` < 1 and the samples' `rollout`, only that share of the distinct pairs is
+    verified, those of highest mean token entropy; the others get the verification of an empty text."""
     pairs = list(zip(questions, texts))
     distinct = list(dict.fromkeys(pairs)) if v.greedy_verdicts else pairs
-    vro, _, parsed_distinct = verify(verifier, vtok, [q for q, _ in distinct], [t for _, t in distinct],
-                                     greedy=v.greedy_verdicts, temperature=v.temperature,
-                                     max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16, draft_tokens=v.draft_tokens,
-                                     compiled=v.compile)
+    keep = list(range(len(distinct)))
+    if v.verify_share < 1 and rollout is not None:
+        mask = rollout.completion_mask.to(rollout.entropy.dtype)
+        entropy = ((rollout.entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()    # [N]
+        first = {}
+        for i, pair in enumerate(pairs):
+            first.setdefault(pair, i)                          # a pair's copies sampled alike: its first
+        rows = [first[pair] for pair in distinct] if v.greedy_verdicts else range(len(pairs))
+        keep = most_uncertain([entropy[r] for r in rows], v.verify_share)
+    vro, _, parsed_kept = verify(verifier, vtok, [distinct[i][0] for i in keep], [distinct[i][1] for i in keep],
+                                 greedy=v.greedy_verdicts, temperature=v.temperature,
+                                 max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16, draft_tokens=v.draft_tokens,
+                                 compiled=v.compile)
+    kept = dict(zip(keep, parsed_kept))
+    parsed_distinct = [kept[i] if i in kept else parse("", len(split_steps(t)))                # unverified: no verdict
+                       for i, (_, t) in enumerate(distinct)]
     index = {pair: i for i, pair in enumerate(distinct)}
     parsed = [parsed_distinct[index[pair]] for pair in pairs] if v.greedy_verdicts else parsed_distinct
-    return vro, parsed, len(distinct) / len(pairs)
+    return vro, parsed, len(keep) / len(pairs)
 
 
 def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
