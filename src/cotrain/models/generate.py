@@ -285,7 +285,7 @@ def _static_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, devi
     for layer, prompt_layer in zip(static.layers, cache.layers):
         layer.update(prompt_layer.keys, prompt_layer.values)
     attn = torch.cat([attn, attn.new_zeros((n, max_new_tokens))], dim=-1)       # [N, P + max_new_tokens]
-    # A new wrapper per rollout is cheap: dynamo caches the compiled code per model (guarded on its identity).
+    # A new wrapper per rollout is cheap: dynamo keeps the compiled code, guarded on shapes and dtypes.
     forward = torch.compile(model, dynamic=True, backend=COMPILE_BACKEND)
     live = torch.ones(n, dtype=torch.bool)
     for t in range(max_new_tokens):

@@ -264,11 +264,12 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
     if first < passes:
         decided = [decided_scores([judge_score([x.final]) for x in v], passes) for v in of_pair]
         rest = [i for i, d in enumerate(decided) if d is None]
-        more_ro, _, more = draw([distinct[i] for i in rest], passes - first, label + "/rest")
-        k = passes - first
-        for j, i in enumerate(rest):
-            of_pair[i] = of_pair[i] + more[j * k:(j + 1) * k]
-        jro, sampled = concat_rollouts([jro, more_ro], jtok.pad_token_id), sampled + more
+        if rest:
+            more_ro, _, more = draw([distinct[i] for i in rest], passes - first, label + "/rest")
+            k = passes - first
+            for j, i in enumerate(rest):
+                of_pair[i] = of_pair[i] + more[j * k:(j + 1) * k]
+            jro, sampled = concat_rollouts([jro, more_ro], jtok.pad_token_id), sampled + more
         of_pair = [v + [v[0]] * (passes - len(v)) for v in of_pair]                  # decided: the verdict again
     forward, generated = rollout_tokens(jro)
     compute.add("judge", forward=forward, generated=generated)
