@@ -36,6 +36,19 @@ def _too_large(value) -> bool:
     return False
 
 
+def _compiled_decoding(what: str) -> str:
+    """The description of a section's `compile` option, `what` naming the outputs it decodes."""
+    return (f"Decode {what} with a static KV cache through torch.compile (the shape-stable loop that GPU "
+            "compilation and CUDA graphs need); outputs unchanged up to float rounding, every pass runs all rows, "
+            "the first call per model compiles. No gain on a CPU (bench/README.md). Not with draft_tokens.")
+
+
+def _one_decoding(section: str, cfg) -> None:
+    """Compiled decoding has no drafting: a section may turn on one of them."""
+    if cfg.compile and cfg.draft_tokens:
+        raise ValueError(f"{section}.compile and {section}.draft_tokens cannot be combined: choose one")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -201,17 +214,12 @@ class VerifierConfig(_Section):
     draft_tokens: int = Field(0, ge=0, le=64, description=(
         "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
         "guessed tokens per forward pass; verdicts unchanged up to float rounding (bench/README.md). 0: off."))
-    compile: bool = Field(False, description=(
-        "Decode the verifier's or judge's verifications with a static KV cache through torch.compile (the "
-        "shape-stable loop that GPU compilation and CUDA graphs need); verdicts unchanged up to float rounding, "
-        "every pass runs all rows, the first call per model compiles. No gain on a CPU (bench/README.md). "
-        "Not with draft_tokens."))
+    compile: bool = Field(False, description=_compiled_decoding("the verifier's or judge's verifications"))
 
     @model_validator(mode="after")
     def _check(self):
         ModelConfig.check_device(self.device)
-        if self.compile and self.draft_tokens:
-            raise ValueError("verifier.compile and verifier.draft_tokens cannot be combined: choose one")
+        _one_decoding("verifier", self)
         if self.warmup_corrupt_frac + self.warmup_clean_frac > 1:
             raise ValueError(f"verifier.warmup_corrupt_frac + warmup_clean_frac must be at most 1, got "
                              f"{self.warmup_corrupt_frac} + {self.warmup_clean_frac}")
@@ -418,16 +426,11 @@ class RolloutConfig(_Section):
     draft_tokens: int = Field(0, ge=0, le=64, description=(
         "HF path: drafted decoding (prompt lookup) of the generator's rollouts, up to this many guessed tokens "
         "per forward pass; samples unchanged up to float rounding (bench/README.md: when it pays). 0: off."))
-    compile: bool = Field(False, description=(
-        "HF path: decode the generator's rollouts with a static KV cache through torch.compile (the "
-        "shape-stable loop that GPU compilation and CUDA graphs need); samples unchanged up to float rounding, "
-        "every pass runs all rows, the first rollout per model compiles. No gain on a CPU (bench/README.md). "
-        "Not with draft_tokens."))
+    compile: bool = Field(False, description="HF path: " + _compiled_decoding("the generator's rollouts"))
 
     @model_validator(mode="after")
     def _check(self):
-        if self.compile and self.draft_tokens:
-            raise ValueError("rollout.compile and rollout.draft_tokens cannot be combined: choose one")
+        _one_decoding("rollout", self)
         return self
 
 
