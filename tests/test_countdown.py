@@ -18,6 +18,7 @@ from cotrain.tasks.countdown import (
     final_rationale,
     parse_question,
     parse_step,
+    parse_waypoints,
     solve,
     step_labels,
     step_rationales,
@@ -221,3 +222,62 @@ def test_tango_runs_on_countdown_and_reports_what_its_verifier_catches(sft_run, 
     assert "gap/verifier" in held and kinds and kinds <= {"correct", "step", "operand", "target", "format"}, held
     assert sum(held[f"n/{k}"] for k in kinds) == 10 * 4  # eval.n_sampled problems x eval.k samples, one kind each
     assert all(0 <= held[f"caught/{k}"] <= 1 for k in kinds)
+
+
+# ----------------------------------------------------------------------------- waypoints (the sparse world)
+
+W = "3,5,7,2:15,22,44"   # 3*5=15, 15+7=22, 22*2=44
+
+
+def test_waypoint_questions_parse_and_name_every_step():
+    assert parse_question(W) == ([3, 5, 7, 2], 44)
+    assert parse_waypoints(W) == [15, 22, 44]
+    assert parse_waypoints(Q) is None                      # one target: no waypoints
+    assert parse_question("3,5,7,2:15,22") is None         # two waypoints for three steps
+    assert parse_question("3,5:8,8") is None               # two for one step
+
+
+@pytest.mark.parametrize("completion, kind, labels", [
+    ("3*5=15\n15+7=22\n22*2=44\n#44", None, [True, True, True]),
+    ("5*3=15\n7+15=22\n2*22=44\n#44", None, [True, True, True]),       # operands in any order
+    # the waypoint written as the result of an operation that misses it, then right from there
+    ("3+5=15\n15+7=22\n22*2=44\n#44", "step", [False, True, True]),
+    # a right step that misses its waypoint; later steps miss theirs
+    ("3+5=8\n8+7=15\n15*2=30\n#30", "target", [False, False, False]),
+    # right until the last step, which misses the target
+    ("3*5=15\n15+7=22\n22+2=24\n#24", "target", [True, True, False]),
+    ("3*5=15\n15+7=22\n22*3=66\n#66", "operand", [True, True, False]),  # 3 already used
+    # a step too many is a fault of its own
+    ("3*5=15\n15+7=22\n22*2=44\n44-0=44\n#44", "operand", [True, True, True, False]),
+])
+def test_waypoint_error_kinds_and_labels_worked_by_hand(completion, kind, labels):
+    assert error_kind(W, completion) == kind
+    steps = [line for line in completion.split("\n") if not line.startswith("#")]
+    assert step_labels(W, steps) == labels
+
+
+def test_waypoint_rationales_end_with_the_steps_waypoint():
+    assert step_rationales(W, ["3*5=15", "15+7=23", "23*2=46", "1+1=2"]) == [
+        "3,5,7,2 3*5=15 15 15", "7,2,15 15+7=22 23 22", "2,23 23*2=46 46 44", "46 1+1=2 2 ?"]
+    assert final_rationale(W, ["3*5=15", "15+7=22", "22*2=44"]) == "44 44"
+
+
+def test_waypoint_problems_search_and_injected_errors():
+    task = CountdownTask(n_numbers=(4, 5), max_number=15, max_value=150, waypoints=True)
+    problems = task.problems("train", 40, seed=1)
+    rng = random.Random(0)
+    fabricated = 0
+    for p in problems:
+        numbers, waypoints = parse_question(p.question)[0], parse_waypoints(p.question)
+        assert len(waypoints) == len(numbers) - 1 == len(p.steps) and task.grade(p.solution, p) == 1.0
+        found = solve(p.question)
+        assert found is not None and task.grade("\n".join([*found, f"#{waypoints[-1]}"]), p) == 1.0
+        assert task.check_question(p.question) == (True, True)
+        for k in range(len(p.steps)):
+            steps, solution = task.corrupt(p, k, rng)
+            labels = step_labels(p.question, list(steps))
+            assert labels[:k] == [True] * k and labels[k] is False, (p.question, steps)
+            # a fabricated waypoint: the step states its waypoint, and the reference's later steps follow
+            if parse_step(steps[k])[3] == waypoints[k] and list(steps[k + 1:]) == list(p.steps[k + 1:]):
+                fabricated += 1
+    assert fabricated >= 10

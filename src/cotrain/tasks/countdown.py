@@ -27,6 +27,15 @@ min_target..max_value (a target reached only through a larger result is not draw
 solution is accepted). Splits `train` and `test` share one distribution and are disjoint by a stable hash of
 the question; `ood` draws numbers up to 1.5 x max_number (two-digit numbers the model has not been
 given), as `arith`'s ood split does: one number more than trained on scores 0 and tells nothing.
+
+Waypoints (the sparse world, `waypoints: true`): the question also names the result every step must
+reach, "3,5,7,2:15,22,44" (three steps: 15, then 22, then 44, the target). Each step is then a search of
+its own (which two available values, which operation, give the waypoint?), and a solver that misses
+one usually writes the waypoint as the result of an operation that does not give it, then goes on
+correctly from there: its first false step is anywhere, not only the last, and one wrong step fails
+the whole solution, so outcomes are sparse. A checker still redoes one small operation a step and
+compares three numbers. Process labels add one fault: a step whose result is right but misses its
+waypoint ("target"). Whether a question has waypoints is read from the question itself.
 """
 from __future__ import annotations
 
@@ -42,31 +51,52 @@ from cotrain.tasks.base import Problem, labelled
 
 _NUMBER = r"-?[0-9]{1,7}"
 _STEP = re.compile(rf"({_NUMBER})([-+*])({_NUMBER})=({_NUMBER})")
-_QUESTION = re.compile(r"([0-9]{1,4}(?:,[0-9]{1,4}){1,7}):([0-9]{1,6})")
+_QUESTION = re.compile(r"([0-9]{1,4}(?:,[0-9]{1,4}){1,7}):([0-9]{1,6}(?:,[0-9]{1,6}){0,6})")
 
 ERROR_KINDS = ("step", "operand", "target", "format")
 """How a wrong solution fails, by its first fault: a step states a wrong (or negative) result; a step
 takes an operand that is not available (not given, or already used); every step is right but the
-solution does not end at the target with every number used (or its `#` line says otherwise); no
-readable step at all, or a line that is not a step."""
+solution does not end at the target with every number used (or its `#` line says otherwise), or, with
+waypoints, a right step misses its waypoint (or is a step too many); no readable step at all, or a
+line that is not a step."""
 
 
 # ----------------------------------------------------------------------------- pure string functions
 
 
 def parse_question(question: str) -> tuple[list[int], int] | None:
-    """(numbers, target) of a Countdown question such as "3,5,7:22", or None. Never raises."""
+    """(numbers, target) of a Countdown question such as "3,5,7:22", or None. With waypoints
+    ("3,5,7:15,22") the target is the last of them; a question whose waypoints are not one per step
+    (n numbers, n - 1 steps) is None. Never raises."""
+    parsed = _parse(question)
+    return None if parsed is None else (parsed[0], parsed[1][-1])
+
+
+def parse_waypoints(question: str) -> list[int] | None:
+    """The result each step must reach ("3,5,7:15,22" gives [15, 22]), or None for a question without
+    waypoints (one target) or one that does not parse. Never raises."""
+    parsed = _parse(question)
+    return None if parsed is None or len(parsed[1]) == 1 else parsed[1]
+
+
+def _parse(question: str) -> tuple[list[int], list[int]] | None:
     if not isinstance(question, str):
         return None
     match = _QUESTION.fullmatch(question)
     if match is None:
         return None
-    return [int(x) for x in match.group(1).split(",")], int(match.group(2))
+    numbers = [int(x) for x in match.group(1).split(",")]
+    targets = [int(x) for x in match.group(2).split(",")]
+    if len(targets) > 1 and len(targets) != len(numbers) - 1:
+        return None
+    return numbers, targets
 
 
-def format_question(numbers: list[int], target: int) -> str:
-    """format_question([3, 5, 7], 22) == "3,5,7:22"."""
-    return ",".join(map(str, numbers)) + f":{target}"
+def format_question(numbers: list[int], target: int | list[int]) -> str:
+    """format_question([3, 5, 7], 22) == "3,5,7:22"; with waypoints, format_question([3, 5, 7], [15, 22])
+    == "3,5,7:15,22"."""
+    targets = target if isinstance(target, (list, tuple)) else [target]
+    return ",".join(map(str, numbers)) + ":" + ",".join(map(str, targets))
 
 
 def parse_step(line: str) -> tuple[int, str, int, int] | None:
@@ -97,8 +127,9 @@ class StepCheck:
         pool: the values available before the step, in order (given numbers, then stated results).
         step: the parsed (a, op, b, c), or None for a line that is not a step.
         result: a OP b recomputed (None for an unparsable line).
-        kind: None for a correct step, else "format", "operand" (an operand not available) or "step"
-            (a wrong or negative stated result); "operand" wins when both apply.
+        kind: None for a correct step, else "format", "operand" (an operand not available), "step"
+            (a wrong or negative stated result) or, with waypoints, "target" (a right result that is not
+            the step's waypoint, or a step past the last waypoint); the first that applies in that order.
     """
 
     pool: tuple[int, ...]
@@ -107,11 +138,13 @@ class StepCheck:
     kind: str | None
 
 
-def check_steps(numbers: list[int], steps: list[str]) -> tuple[list[StepCheck], tuple[int, ...]]:
+def check_steps(numbers: list[int], steps: list[str],
+                waypoints: list[int] | None = None) -> tuple[list[StepCheck], tuple[int, ...]]:
     """Each step judged locally, and the values left after the last. Never raises.
 
     A parsed step removes its operands from the pool where they are in it and adds its stated result
-    (right or wrong); an unparsable line leaves the pool as it is.
+    (right or wrong); an unparsable line leaves the pool as it is. With `waypoints`, step k must also
+    state waypoints[k].
     """
     pool = list(numbers)
     checks = []
@@ -130,6 +163,9 @@ def check_steps(numbers: list[int], steps: list[str]) -> tuple[list[StepCheck], 
                 available = False
         result = APPLY[op](a, b)
         kind = "operand" if not available else ("step" if result != c or c < 0 else None)
+        k = len(checks)
+        if kind is None and waypoints is not None and (k >= len(waypoints) or c != waypoints[k]):
+            kind = "target"
         checks.append(StepCheck(before, step, result, kind))
         pool.append(c)
     return checks, tuple(pool)
@@ -145,7 +181,7 @@ def error_kind(question: str, completion: str) -> str | None:
     steps = step_lines(completion)
     if not steps:
         return "format"
-    checks, left = check_steps(numbers, steps)
+    checks, left = check_steps(numbers, steps, parse_waypoints(question))
     for check in checks:
         if check.kind is not None:
             return check.kind
@@ -161,7 +197,7 @@ def step_labels(question: str, steps: list[str]) -> list[bool]:
     parsed = parse_question(question)
     if parsed is None:
         return [False] * len(steps)
-    return [c.kind is None for c in check_steps(parsed[0], list(steps))[0]]
+    return [c.kind is None for c in check_steps(parsed[0], list(steps), parse_waypoints(question))[0]]
 
 
 def _values(values) -> str:
@@ -175,18 +211,24 @@ def step_rationales(question: str, steps: list[str]) -> list[str]:
     gets the values and "?". Never raises.
 
     Example: question "3,5,7:22", steps ("3*5=15", "15+7=23") give
-    ["3,5,7 3*5=15 15", "7,15 15+7=22 23"].
+    ["3,5,7 3*5=15 15", "7,15 15+7=22 23"]. With waypoints each line ends with the step's waypoint
+    ("?" past the last), so that a right step shows one number three times: question "3,5,7:15,22"
+    gives ["3,5,7 3*5=15 15 15", "7,15 15+7=22 23 22"].
     """
     parsed = parse_question(question)
     if parsed is None:
         return ["?"] * len(steps)
+    waypoints = parse_waypoints(question)
     out = []
-    for check in check_steps(parsed[0], list(steps))[0]:
+    for k, check in enumerate(check_steps(parsed[0], list(steps), waypoints)[0]):
         if check.step is None:
-            out.append(f"{_values(check.pool)} ?")
+            line = f"{_values(check.pool)} ?"
         else:
             a, op, b, c = check.step
-            out.append(f"{_values(check.pool)} {a}{op}{b}={check.result} {c}")
+            line = f"{_values(check.pool)} {a}{op}{b}={check.result} {c}"
+        if waypoints is not None:
+            line += f" {waypoints[k]}" if k < len(waypoints) else " ?"
+        out.append(line)
     return out
 
 
@@ -228,14 +270,39 @@ def _search(pool: tuple[int, ...], target: int, ops: str) -> tuple[str, ...] | N
     return None
 
 
+@functools.lru_cache(maxsize=65536)
+def _search_waypoints(pool: tuple[int, ...], waypoints: tuple[int, ...], ops: str) -> tuple[str, ...] | None:
+    # As _search, but the next step must give waypoints[0].
+    if not waypoints:
+        return () if len(pool) == 1 else None
+    for i in range(len(pool)):
+        for j in range(len(pool)):
+            if i == j or (j < i and pool[i] == pool[j]):
+                continue
+            a, b = pool[i], pool[j]
+            for op in ops:
+                if (op in "+*" and j < i) or APPLY[op](a, b) != waypoints[0]:
+                    continue
+                rest = [v for k, v in enumerate(pool) if k not in (i, j)]
+                found = _search_waypoints(tuple(sorted([*rest, waypoints[0]])), waypoints[1:], ops)
+                if found is not None:
+                    return (f"{a}{op}{b}={waypoints[0]}", *found)
+    return None
+
+
 def solve(question: str, ops: str = "+-*") -> tuple[str, ...] | None:
-    """Steps of one correct solution of a Countdown question, or None when it has none (or does not
-    parse). Exhaustive: at most a few thousand pools for six numbers."""
+    """Steps of one correct solution of a Countdown question (reaching its waypoints, if it has them),
+    or None when it has none (or does not parse). Exhaustive: at most a few thousand pools for six
+    numbers."""
     parsed = parse_question(question)
     if parsed is None or len(parsed[0]) > 6:
         return None
     numbers, target = parsed
-    found = _search(tuple(sorted(numbers)), target, ops)
+    waypoints = parse_waypoints(question)
+    if waypoints is not None:
+        found = _search_waypoints(tuple(sorted(numbers)), tuple(waypoints), ops)
+    else:
+        found = _search(tuple(sorted(numbers)), target, ops)
     return None if found is None else tuple(found)
 
 
@@ -253,6 +320,7 @@ class CountdownTask:
         ops: the operations to draw from and to solve with, a non-empty subset of "+-*".
         ood_n_numbers: the ood split's range of how many numbers (default: n_numbers).
         ood_max_number: the ood split's largest given number (default: 1.5 x max_number, rounded up).
+        waypoints: questions name every step's result (module docstring): the sparse world.
     """
 
     name = "countdown"
@@ -260,7 +328,7 @@ class CountdownTask:
 
     def __init__(self, n_numbers: tuple[int, int] = (3, 4), max_number: int = 9, max_value: int = 99,
                  min_target: int = 10, ops: str = "+-*", ood_n_numbers: tuple[int, int] | None = None,
-                 ood_max_number: int | None = None):
+                 ood_max_number: int | None = None, waypoints: bool = False):
         self.n_numbers = _check_range("n_numbers", n_numbers, low=2, high=5)
         self.ood_n_numbers = _check_range("ood_n_numbers", self.n_numbers if ood_n_numbers is None else ood_n_numbers,
                                           low=2, high=6)
@@ -272,6 +340,9 @@ class CountdownTask:
         if not isinstance(ops, str) or not ops or set(ops) - set("+-*") or len(set(ops)) != len(ops):
             raise UserError(f"countdown: ops must be distinct characters of '+-*' (e.g. '+-*'), got {ops!r}")
         self.ops = ops
+        if not isinstance(waypoints, bool):
+            raise UserError(f"countdown: waypoints must be true or false, got {waypoints!r}")
+        self.waypoints = waypoints
 
     def problems(self, split: str, n: int | None = None, seed: int = 0) -> list[Problem]:
         """`n` distinct problems of `split`, a deterministic function of (split, n, seed, knobs); a
@@ -297,7 +368,7 @@ class CountdownTask:
             numbers, steps, target = drawn
             if target < self.min_target:
                 continue
-            question = format_question(numbers, target)
+            question = format_question(numbers, [parse_step(x)[3] for x in steps] if self.waypoints else target)
             if question in seen or (split != "ood" and is_test_question(question) != (split == "test")):
                 continue
             seen.add(question)
@@ -415,6 +486,9 @@ def corrupt_solution(question: str, steps: tuple[str, ...] | list[str], k: int |
     used, or another one in 1..9); "target", the operation is replaced by another, computed correctly
     (a search failure: every step right, the end off the target), the final line stating either the
     result reached or the target. Later steps take the changed result where the reference took it.
+    With waypoints, half the "step" faults are what a solver that misses a waypoint writes: another
+    operation, whose true result is not the waypoint, stated as giving it; later steps then go on
+    from the waypoint as the reference does.
 
     Args:
         question: the Countdown question.
@@ -433,6 +507,7 @@ def corrupt_solution(question: str, steps: tuple[str, ...] | list[str], k: int |
     if parsed is None:
         raise ValueError(f"not a countdown question: {question!r}")
     numbers, target = parsed
+    waypoints = parse_waypoints(question)
     plan = _references(numbers, list(steps))
     wrong = {k} if isinstance(k, int) else set(k)
     if not wrong or not all(0 <= i < len(plan) for i in wrong):
@@ -460,7 +535,12 @@ def corrupt_solution(question: str, steps: tuple[str, ...] | list[str], k: int |
                     a, b = b, a
                 lie = rng.random() < 0.5
             c = APPLY[op](a, b)
-            if kind == "step":
+            fabricated = [o for o in ops if APPLY[o](*((a, b) if o != "-" or a >= b else (b, a))) != c]
+            if kind == "step" and waypoints is not None and fabricated and rng.random() < 0.5:
+                op = rng.choice(fabricated)       # the waypoint, stated as the result of an operation that misses it
+                if op == "-" and a < b:
+                    a, b = b, a
+            elif kind == "step":
                 c = max(0, c + rng.choice([d for d in range(-10, 11) if d != 0]))
                 if c == APPLY[op](a, b):
                     c += 1
