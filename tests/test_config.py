@@ -61,3 +61,10 @@ def test_bad_yaml_and_missing_file(tmp_path):
 
 def test_apply_overrides_creates_nested_sections():
     assert apply_overrides({}, ["a.b.c=1"]) == {"a": {"b": {"c": 1}}}
+
+
+def test_tango_alpha_auto_is_the_paper_schedule_gated_by_reliability():
+    t = build_config({"tango": {"alpha": "auto"}}).tango
+    assert t.alpha == 0.1 and t.alpha_schedule == "auto"
+    t = build_config({"tango": {"alpha": 0.3, "alpha_schedule": "auto"}}).tango
+    assert t.alpha == 0.3 and t.alpha_schedule == "auto"

@@ -234,3 +234,32 @@ def test_tango_golden_catches_a_mutation(sft_run, tmp_path, monkeypatch, mutatio
     monkeypatch.setattr(module, name, mutate(getattr(module, name)))
     run_recipe(build_config(_golden_config(sft_run[0])), tmp_path)
     assert mismatch(golden_metrics(tmp_path, list(TANGO_GOLDEN)), TANGO_GOLDEN) is not None, f"{mutation}: golden still holds"
+
+
+def test_alpha_auto_with_a_verifier_that_approves_everything_is_grpo_bit_for_bit(sft_run, tmp_path, monkeypatch):
+    """`tango.alpha: auto` weighs the process advantage by the verifier's measured reliability: a verifier
+    that approves every sample is at chance (balanced accuracy 0.5), so alpha is 0 at every step and the
+    generator's update is GRPO's, bit for bit (same samples, losses, gradient norms and final weights)."""
+    import cotrain.recipes.tango as tango_recipe
+    from cotrain.roles.verifier import Verification
+
+    real = tango_recipe.verify_samples
+
+    def approve_all(*args, **kwargs):
+        vro, parsed, distinct = real(*args, **kwargs)
+        return vro, [Verification(steps=[True] * len(x.steps), final=True, format=x.format) for x in parsed], distinct
+
+    monkeypatch.setattr(tango_recipe, "verify_samples", approve_all)
+    start = sft_run[0]
+    common = {"train": {"steps": 3}, "eval": {"k": 0, "n": 10, "every": 0}, "checkpoint": {"every": 0}}
+    run_recipe(build_config(tango_config(start, "frozen_verifier", tango={"alpha": "auto", "gen_steps": 2},
+                                         **common)), tmp_path / "auto")
+    run_recipe(build_config(nano_config("grpo", init=str(start), **common)), tmp_path / "grpo")
+    auto = [r for r in _rows(tmp_path / "auto") if "gen/alpha" in r]  # the warm-up's rows are step 0
+    grpo = [r for r in _rows(tmp_path / "grpo") if "gen/reward" in r]
+    assert len(auto) == len(grpo) == 3
+    assert [r["gen/alpha"] for r in auto] == [0.0, 0.0, 0.0]
+    assert [r["gen/alpha_trust"] for r in auto] == [0.0, 0.0, 0.0]
+    for key in ("gen/reward", "gen/loss", "gen/grad_norm", "gen/len_mean"):
+        assert [r[key] for r in auto] == [r[key] for r in grpo], key
+    assert not _changed(tmp_path / "auto" / "final" / "generator", tmp_path / "grpo" / "final" / "generator")

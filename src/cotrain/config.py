@@ -230,9 +230,12 @@ class TangoConfig(_Section):
     """The co-training schedule and the generator's advantage mixing."""
 
     alpha: float = Field(0.1, ge=0, le=1, description=(
-        "Weight of the process advantage: A = (1-alpha) A_out + alpha A_proc (RL Tango: 0.1, decaying)."))
-    alpha_schedule: Literal["constant", "exp"] = Field("exp", description=(
-        "exp: alpha decays exponentially to 1e-3 over the run (RL Tango's schedule); constant: alpha throughout."))
+        "Weight of the process advantage: A = (1-alpha) A_out + alpha A_proc (RL Tango: 0.1, decaying). "
+        "auto: 0.1 with alpha_schedule auto."))
+    alpha_schedule: Literal["constant", "exp", "auto"] = Field("exp", description=(
+        "exp: alpha decays exponentially to 1e-3 over the run (RL Tango's schedule); constant: alpha throughout; "
+        "auto: the exp schedule times the verifier's measured reliability r in [0, 1], from the balanced accuracy "
+        "of its verdicts on the generator's samples over the last 5 steps (0 at chance, 1 at 0.9; rl/tango.py)."))
     gen_steps: int = Field(3, ge=1, description="Ng: generator steps per round.")
     ver_steps: int = Field(1, ge=0, description="Nv: verifier steps per round (0: the verifier is frozen).")
     adversarial: bool = Field(False, description=(
@@ -241,6 +244,13 @@ class TangoConfig(_Section):
     w_catch: float = Field(1.0, ge=0, description="GAR: the verifier's bonus for catching an incorrect solution.")
     w_approve: float = Field(0.5, ge=0, description="GAR: the generator's bonus for a correct, approved solution.")
     eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto(cls, data):
+        if isinstance(data, dict) and data.get("alpha") == "auto":
+            data = {**data, "alpha": 0.1, "alpha_schedule": "auto"}
+        return data
 
 
 class CurriculumConfig(_Section):

@@ -3,7 +3,7 @@
 Also its frozen-verifier baseline (experiment 1.2, `recipe: frozen_verifier`) and the adversarial
 variant (GAR, `tango.adversarial`), which differ from it by configuration alone.
 
-Algorithm (Zha et al. 2025, "RL Tango"; formulas in DESIGN.md):
+Algorithm (Zha et al. 2025, "RL Tango"; formulas in docs/design.md):
   warm-up   the verifier is fine-tuned on verifications written for it (`verifier.warmup_sft_steps`):
             the generator's own samples and reference solutions with an injected step error, each
             labelled per step by the task and finally by its ground-truth outcome; then
@@ -20,6 +20,11 @@ Algorithm (Zha et al. 2025, "RL Tango"; formulas in DESIGN.md):
   frozen_verifier: the same warm-up and generator update; the verifier is never trained.
   adversarial (GAR): the verifier also earns w_catch for rejecting an incorrect solution, the
             generator w_approve for a correct solution the verifier approves.
+
+`tango.alpha: auto` (ours, not the paper's): the paper's schedule times the verifier's measured
+reliability r_t in [0, 1] (rl/tango.py `reliability`: 0 for a verifier no measurably better than
+chance on the generator's current samples, 1 from 0.9 balanced accuracy), so that a verifier that
+cannot check leaves the update GRPO's.
 
 Defaults are the paper's code's (kaiwenzha/RL-Tango, scripts/run_rl_tango.sh): alpha 0.1 decaying
 exponentially to 1e-3 (`tango.alpha`, `alpha_schedule: exp`), w_format 0.8, class weights
@@ -70,7 +75,7 @@ from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifier_during, injected_heldout
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
-from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages
+from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, reliability, verdict_counts
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
@@ -127,6 +132,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     heldout = injected_heldout(cfg, task)
     n_prompts = cfg.train.batch_size // g.group_size
     eval_verifier = partial(eval_verifier_during, cfg, verifier, vtok, task, heldout)  # eval/verifier/* metrics
+    # alpha: auto: the verdict counts of the last 5 steps and the reliability they gave (kept on resume)
+    window, trust = [tuple(c) for c in session.state.get("alpha_window", [])], session.state.get("alpha_trust", 0.0)
 
     # ------------------------------------------------------------------ warm-up (step 0)
     if not warmed:
@@ -159,6 +166,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
         s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size)  # [B*G, T]
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
+        if tg.alpha_schedule == "auto":  # any rejected step rejects the solution
+            window = [*window, verdict_counts([x.final is True and all(x.steps) for x in parsed], correct)][-5:]
+            trust, trust_ba, _ = reliability(window, trust)
+            alpha *= trust
         advantages = mix_advantages(outcome_adv, process_adv, alpha)                      # [B*G, T]
         timer.lap("reward")
 
@@ -182,6 +193,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **rollout_metrics("gen", ro),
             "gen/lr": sched.get_last_lr()[0],
             "gen/alpha": alpha,
+            **({"gen/alpha_trust": trust, "gen/alpha_trust_ba": trust_ba} if tg.alpha_schedule == "auto" else {}),
             "gen/process_usable": sum(r is not None for r in s_rewards) / len(s_rewards),
             "gen/adv_process_abs": masked_mean(process_adv.abs(), ro.completion_mask).item(),
             **{f"gen/{k}": x for k, x in st.items() if "tokens" not in k},
@@ -199,7 +211,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             timer.lap("eval")
         metrics.update(timer.metrics())
         log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, **ver_rl.state()})
+        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, **ver_rl.state(),
+                                                           "alpha_window": window, "alpha_trust": trust})
 
     # ------------------------------------------------------------------ final evaluation
     results = final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout)

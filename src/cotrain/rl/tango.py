@@ -95,16 +95,57 @@ def alpha_at(step: int, total: int, alpha0: float, schedule: str = "constant", f
 
     constant: alpha0. exp (RL Tango's schedule, as its code computes it): max(final, alpha0 *
     exp(-k (step - 1))) with k = ln(alpha0 / final) / total: alpha0 at the first step, decaying
-    exponentially to reach `final` one step after the last.
+    exponentially to reach `final` one step after the last. auto: the exp schedule; the recipe then
+    multiplies it by the verifier's measured `reliability`.
     """
     if schedule == "constant" or alpha0 <= 0:
         return alpha0
-    if schedule != "exp":
-        raise ValueError(f"alpha schedule must be constant or exp, got {schedule!r}")
+    if schedule not in ("exp", "auto"):
+        raise ValueError(f"alpha schedule must be constant, exp or auto, got {schedule!r}")
     if alpha0 <= final:
         return alpha0
     k = math.log(alpha0 / final) / max(total, 1)
     return max(final, alpha0 * math.exp(-k * max(step - 1, 0)))
+
+
+RELIABLE_BA = 0.9
+"""The balanced accuracy at which `alpha: auto` gives the process advantage its whole scheduled weight."""
+
+
+def verdict_counts(approved: list[bool], correct: list[bool]) -> tuple[int, int, int, int]:
+    """(approved correct, correct, rejected incorrect, incorrect) counts of one step's verdicts."""
+    n_pos = sum(bool(c) for c in correct)
+    tp = sum(bool(a) and bool(c) for a, c in zip(approved, correct, strict=True))
+    tn = sum(not a and not c for a, c in zip(approved, correct, strict=True))
+    return tp, n_pos, tn, len(correct) - n_pos
+
+
+def reliability(window: list[tuple[int, int, int, int]], previous: float) -> tuple[float, float, float]:
+    """The verifier's measured reliability r in [0, 1], with the balanced accuracy and dead zone behind it.
+
+    Over the pooled counts of the window (`verdict_counts` of the last steps, the current one last):
+    BA = (TPR + TNR) / 2, m = 2 standard errors of BA = sqrt(TPR(1-TPR)/n_pos + TNR(1-TNR)/n_neg), and
+    r = clip((BA - 0.5 - m) / (RELIABLE_BA - 0.5 - m), 0, 1) (0 when m leaves no room). A verifier no
+    better than chance, or not measurably better, gets r = 0; one at RELIABLE_BA or above with a tight
+    interval gets 1. When the current step holds one class only, r stays `previous` (BA is then
+    unknown, nan).
+
+    This rule is ours: RL Tango weighs the process advantage by its schedule alone, whatever the
+    verifier's accuracy (`tango.alpha: auto` turns it on; docs/design.md).
+
+    Returns:
+        (r, BA, m).
+    """
+    _, n_pos, _, n_neg = window[-1]
+    if n_pos == 0 or n_neg == 0:
+        return previous, math.nan, math.nan
+    tp, n_pos, tn, n_neg = (sum(c[i] for c in window) for i in range(4))
+    tpr, tnr = tp / n_pos, tn / n_neg
+    ba = (tpr + tnr) / 2
+    m = math.sqrt(tpr * (1 - tpr) / n_pos + tnr * (1 - tnr) / n_neg)       # 2 x 0.5 x sqrt(...)
+    room = RELIABLE_BA - 0.5 - m
+    r = 0.0 if room <= 0 else min(1.0, max(0.0, (ba - 0.5 - m) / room))
+    return r, ba, m
 
 
 def verifier_rewards(final: list[bool | None], correct: list[bool], fmt: list[float], w_format: float,

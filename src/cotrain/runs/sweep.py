@@ -50,18 +50,13 @@ import yaml
 
 from cotrain.config import apply_overrides, build_config, read_yaml_mapping
 from cotrain.errors import UserError
+from cotrain.stats import mean_ci95
 
 SWEEP_KEYS = ("base", "overrides", "prepare", "grid", "seeds", "metrics")
 PREPARE_KEYS = ("config", "overrides")
 LAST = "last:"          # a metric `last:<key>` is the mean of <key> over the last rows of metrics.jsonl
 LAST_FRACTION = 0.1     # ... the last 10% of the rows that hold the key, at least one
 FIRST = "first:"        # and `first:<key>` the mean over the first 10% (training dynamics: start vs end)
-
-# Two-sided 95% intervals: the 97.5% quantile of Student's t for df = 1..30; beyond 30, the normal's 1.96.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
 
 @dataclass
 class Cell:
@@ -105,22 +100,6 @@ class Run:
 
 
 # ---------------------------------------------------------------- statistics
-
-
-def mean_ci95(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of its two-sided 95% confidence interval (Student's t, sample std).
-
-    Returns (nan, nan) for no values and (mean, nan) for one: a single seed says nothing about spread.
-    """
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    if n == 1:
-        return mean, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
-    return mean, t * sd / math.sqrt(n)
 
 
 # ---------------------------------------------------------------- loading

@@ -1,0 +1,129 @@
+"""Intervals over seeds, paired differences between arms, and the experiment plan's success criteria read off them.
+
+Two arms run with the same seeds share everything a seed decides (prompt order, sampling seeds) and
+start from the same checkpoint, so their difference is read seed by seed: the paired difference's
+confidence interval is narrower than the two arms' intervals side by side whenever the seeds' noise is
+shared. Every study of the lab compares arms with `paired_difference` and states the plan's criteria
+with `plan_criteria` (docs/design.md, "Success criteria").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+# Two-sided 95% intervals: the 97.5% quantile of Student's t for df = 1..30; beyond 30, the normal's 1.96.
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float]:
+    """Mean and half-width of its two-sided 95% confidence interval (Student's t, sample std).
+
+    Returns (nan, nan) for no values and (mean, nan) for one: a single seed says nothing about spread.
+    """
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n == 1:
+        return mean, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
+    return mean, t * sd / math.sqrt(n)
+
+
+POINTS = 100.0
+"""Criteria are stated in points of pass@1 (0.01 of accuracy)."""
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The mean of b's runs minus a's, seed by seed, with its two-sided 95% interval (Student's t over
+    the seeds' differences); `lo`/`hi` are nan with fewer than two seeds."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    seeds: tuple[int, ...]
+
+    def text(self, digits: int = 1) -> str:
+        """"+3.1 [+0.4, +5.8] (n=3)"; the interval is left out when it is unknown."""
+        ci = "" if math.isnan(self.lo) else f" [{self.lo:+.{digits}f}, {self.hi:+.{digits}f}]"
+        return f"{self.mean:+.{digits}f}{ci} (n={self.n})"
+
+
+def paired_difference(a: dict[int, float], b: dict[int, float], scale: float = 1.0) -> Paired:
+    """b − a over the seeds both arms ran, times `scale` (POINTS for points of accuracy).
+
+    Args:
+        a, b: {seed: value} of the two arms (e.g. final greedy pass@1); seeds only one arm ran are left out.
+        scale: multiplies every difference.
+
+    Raises:
+        ValueError: the arms share no seed.
+    """
+    seeds = tuple(sorted(set(a) & set(b)))
+    if not seeds:
+        raise ValueError(f"the two arms share no seed (a: {sorted(a)}, b: {sorted(b)})")
+    diffs = [scale * (b[s] - a[s]) for s in seeds]
+    mean, half = mean_ci95(diffs)
+    return Paired(mean, mean - half, mean + half, len(seeds), seeds)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One criterion of the plan: whether it holds (None: too few seeds to say) and the figures behind it."""
+
+    name: str
+    holds: bool | None
+    rule: str
+    figures: str
+
+
+def _holds(*conditions: float) -> bool | None:
+    # conditions are the interval bounds a rule reads; a nan bound means fewer than two seeds
+    return None if any(math.isnan(c) for c in conditions) else True
+
+
+def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paired | None = None,
+                  labelfree_vs_tango: Paired | None = None) -> list[Criterion]:
+    """The plan's four criteria (docs/experiment_plan.md), in points of greedy pass@1:
+
+    minimum    the paired (tango − grpo) `test` lower bound is ≥ −2;
+    good       its mean is ≥ +5 and its lower bound > 0;
+    great      the paired (tango − grpo) `ood` lower bound is > 0;
+    excellent  the label-free gain over the start has an interval that excludes 0, and the paired
+               (label-free − tango) lower bound is ≥ −3.
+
+    Args:
+        test: paired (tango − grpo) on `test`, in points.
+        ood: the same on `ood`.
+        labelfree_gain: paired (label-free − start), in points (the start as an arm of equal values).
+        labelfree_vs_tango: paired (label-free − tango), in points.
+
+    Returns:
+        The four criteria in order; a criterion whose figures are missing or rest on one seed has holds=None.
+    """
+    out = []
+    known = _holds(test.lo)
+    out.append(Criterion("minimum", known and test.lo >= -2, "paired test lower bound >= -2", test.text()))
+    out.append(Criterion("good", known and test.mean >= 5 and test.lo > 0,
+                         "paired test mean >= +5 and lower bound > 0", test.text()))
+    if ood is None:
+        out.append(Criterion("great", None, "paired ood lower bound > 0", "not run"))
+    else:
+        known = _holds(ood.lo)
+        out.append(Criterion("great", known and ood.lo > 0, "paired ood lower bound > 0", ood.text()))
+    if labelfree_gain is None or labelfree_vs_tango is None:
+        out.append(Criterion("excellent", None, "label-free gain excludes 0 and paired (label-free - tango) "
+                             "lower bound >= -3", "not run"))
+    else:
+        known = _holds(labelfree_gain.lo, labelfree_vs_tango.lo)
+        excludes = labelfree_gain.lo > 0 or labelfree_gain.hi < 0
+        out.append(Criterion("excellent", known and excludes and labelfree_vs_tango.lo >= -3,
+                             "label-free gain excludes 0 and paired (label-free - tango) lower bound >= -3",
+                             f"gain {labelfree_gain.text()}, vs tango {labelfree_vs_tango.text()}"))
+    return out

@@ -1,0 +1,64 @@
+"""Paired differences over seeds and the plan's criteria, against numbers worked out by hand."""
+import math
+
+import pytest
+
+from cotrain.stats import POINTS, Paired, paired_difference, plan_criteria
+
+
+def test_paired_difference_by_hand():
+    """Seeds 0, 1, 2 of both arms (seed 3 only in b, left out). Differences b - a in points:
+    (0.70 - 0.60, 0.64 - 0.62, 0.66 - 0.61) x 100 = 10, 2, 5; mean 17/3 = 5.6667; sample sd =
+    sqrt(((4.3333)^2 + (3.6667)^2 + (0.6667)^2) / 2) = sqrt(16.3333) = 4.0415; t(0.975, 2) = 4.303;
+    half-width 4.303 x 4.0415 / sqrt(3) = 10.0403."""
+    a = {0: 0.60, 1: 0.62, 2: 0.61}
+    b = {0: 0.70, 1: 0.64, 2: 0.66, 3: 0.99}
+    d = paired_difference(a, b, scale=POINTS)
+    assert d.n == 3 and d.seeds == (0, 1, 2)
+    assert d.mean == pytest.approx(5.666667, abs=1e-5)
+    assert d.hi - d.mean == pytest.approx(10.0403, abs=1e-3)
+    assert d.mean - d.lo == pytest.approx(10.0403, abs=1e-3)
+    assert d.text() == "+5.7 [-4.4, +15.7] (n=3)"
+
+
+def test_pairing_removes_the_noise_the_seeds_share():
+    """Both arms move together across seeds (0.5, 0.7, 0.6 and each + 0.03): unpaired intervals would
+    overlap widely, the paired difference is exactly 3 points with no spread."""
+    a = {0: 0.5, 1: 0.7, 2: 0.6}
+    d = paired_difference(a, {s: v + 0.03 for s, v in a.items()}, scale=POINTS)
+    assert d.mean == pytest.approx(3.0) and d.lo == pytest.approx(3.0) and d.hi == pytest.approx(3.0)
+
+
+def test_one_seed_has_no_interval_and_no_shared_seed_is_an_error():
+    d = paired_difference({0: 0.5}, {0: 0.6, 1: 0.7})
+    assert d.n == 1 and math.isnan(d.lo) and d.text() == "+0.1 (n=1)"
+    with pytest.raises(ValueError, match="share no seed"):
+        paired_difference({0: 0.5}, {1: 0.6})
+
+
+def _p(mean, lo, hi, n=3):
+    return Paired(mean, lo, hi, n, tuple(range(n)))
+
+
+@pytest.mark.parametrize("test, ood, gain, vs_tango, expected", [
+    # matches GRPO within 2 points, no more: minimum only
+    (_p(0.5, -1.9, 2.9), _p(0.2, -1.0, 1.4), None, None, [True, False, False, None]),
+    # lower bound below -2: not even minimum
+    (_p(0.5, -2.1, 3.1), None, None, None, [False, False, None, None]),
+    # +6 with lower bound 1: good; ood lower bound 0.0 is not > 0: not great
+    (_p(6.0, 1.0, 11.0), _p(1.0, 0.0, 2.0), None, None, [True, True, False, None]),
+    # +5 exactly with lower bound 0.0: good needs lower bound > 0
+    (_p(5.0, 0.0, 10.0), _p(1.0, 0.1, 2.0), None, None, [True, False, True, None]),
+    # label-free gain [1, 5] excludes 0 and is 2.5 below tango at worst: excellent
+    (_p(6.0, 1.0, 11.0), _p(1.0, 0.1, 2.0), _p(3.0, 1.0, 5.0), _p(-1.0, -2.5, 0.5), [True, True, True, True]),
+    # the gain's interval holds 0: not excellent
+    (_p(6.0, 1.0, 11.0), None, _p(3.0, -1.0, 7.0), _p(-1.0, -2.5, 0.5), [True, True, None, False]),
+    # far below tango: not excellent
+    (_p(6.0, 1.0, 11.0), None, _p(3.0, 1.0, 5.0), _p(-5.0, -8.0, -2.0), [True, True, None, False]),
+    # one seed: nothing can be said
+    (_p(6.0, math.nan, math.nan, 1), _p(1.0, math.nan, math.nan, 1), None, None, [None, None, None, None]),
+])
+def test_plan_criteria(test, ood, gain, vs_tango, expected):
+    got = plan_criteria(test, ood, gain, vs_tango)
+    assert [c.name for c in got] == ["minimum", "good", "great", "excellent"]
+    assert [c.holds for c in got] == expected
