@@ -281,3 +281,23 @@ def test_waypoint_problems_search_and_injected_errors():
             if parse_step(steps[k])[3] == waypoints[k] and list(steps[k + 1:]) == list(p.steps[k + 1:]):
                 fabricated += 1
     assert fabricated >= 10
+
+
+def test_process_localisation_worked_by_hand():
+    """Four samples of W: one right (skipped), one whose first false step is the first (of 3) and whose
+    verification rejects that step first, one that goes wrong at its last step and whose verification
+    rejects step 2 first, and one with a verification of the wrong length. Wrong samples with a false
+    step: 3; first false step not the last: 2 of 3; first rejected step = first false step: 1 of 3."""
+    from cotrain.eval.verifier_eval import process_localisation
+    from cotrain.roles.verifier import Verification
+    from cotrain.tasks.base import Problem
+
+    task = CountdownTask(waypoints=True)
+    p = Problem(question=W, answer="44")
+    texts = ["3*5=15\n15+7=22\n22*2=44\n#44", "3+5=15\n15+7=22\n22*2=44\n#44",
+             "3*5=15\n15+7=22\n22+2=24\n#24", "3+5=8\n8+7=15\n15*2=30\n#30"]
+    parsed = [Verification([True] * 3, True), Verification([False, True, True], False),
+              Verification([True, False, False], False), Verification([False, False], False)]
+    got = process_localisation(task, [p] * 4, texts, parsed, [True, False, False, False])
+    assert got == {"process/n_failed": 3.0, "process/n_failed_clean": 0.0,
+                   "process/first_false_not_last": pytest.approx(2 / 3), "process/first_rejected_match": pytest.approx(1 / 3)}

@@ -16,7 +16,7 @@ from cotrain.eval.verifier_metrics import (
     weighted_vote,
 )
 from cotrain.models.verify import verify_batched
-from cotrain.roles.verifier import Verification
+from cotrain.roles.verifier import Verification, split_steps
 from cotrain.tasks.base import Problem, Task
 
 
@@ -41,6 +41,38 @@ def caught_by_kind(task: Task, problems: list[Problem], texts: list[str], approv
     for kind, hits in sorted(groups.items()):
         out[f"caught/{kind}"] = sum(hits) / len(hits)
         out[f"n/{kind}"] = float(len(hits))
+    return out
+
+
+def process_localisation(task: Task, problems: list[Problem], texts: list[str], parsed: list[Verification],
+                         correct: list[bool]) -> dict[str, float]:
+    """Where wrong samples first go wrong, and whether the verifier points there (tasks with process labels).
+
+    Over the wrong samples that have a false step by the task's process labels (`task.step_labels`):
+    `process/first_false_not_last`, the share whose first false step is not their last step (where the
+    outcome alone cannot say which step failed), and `process/first_rejected_match`, the share whose
+    first step the verifier rejects is that step (a verification with another number of step verdicts
+    than the sample has steps does not match); `process/n_failed` counts them, `process/n_failed_clean`
+    the wrong samples without a false step (every step right, a wrong end). Empty without process labels.
+    """
+    if not hasattr(task, "step_labels"):
+        return {}
+    not_last, match, clean = [], [], 0
+    for p, text, v, ok in zip(problems, texts, parsed, correct):
+        if ok:
+            continue
+        steps = [line for _, line in split_steps(text)]
+        labels = list(task.step_labels(p, steps)) if steps else []
+        if False not in labels:
+            clean += 1
+            continue
+        first = labels.index(False)
+        not_last.append(first != len(labels) - 1)
+        match.append(len(v.steps) == len(labels) and first_error(v.steps) == first)
+    out = {"process/n_failed": float(len(not_last)), "process/n_failed_clean": float(clean)}
+    if not_last:
+        out["process/first_false_not_last"] = sum(not_last) / len(not_last)
+        out["process/first_rejected_match"] = sum(match) / len(match)
     return out
 
 
@@ -100,7 +132,9 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     verifier verifies every sample greedily. Reported per verifier: the verdict metrics over all n*k
     samples, `gap/verifier` (accuracy of the samples it approves minus `mean@k`), and best-of-k
     (`bon@k`) and verifier-weighted voting (`wvote@k`) accuracy per problem next to the generator's own
-    `maj@k` and `mean@k` (its sampled accuracy) on the same samples, and `gap/majority` = maj@k − mean@k.
+    `maj@k` and `mean@k` (its sampled accuracy) on the same samples, `gap/majority` = maj@k − mean@k,
+    the share of problems whose k samples are all wrong (`all_wrong@k`), each error kind's catch rate
+    (`caught_by_kind`) and where wrong samples first go wrong (`process_localisation`).
 
     Args:
         verifiers: {name: (model, tokenizer)}.
@@ -131,8 +165,10 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
                                             equal)
             m[f"maj@{k}"] = weighted_vote([[(answers[i], 1.0, float(correct[i])) for i in g] for g in groups], equal)
             m[f"mean@{k}"] = sum(correct) / len(correct)
+            m[f"all_wrong@{k}"] = sum(not any(correct[i] for i in g) for g in groups) / len(groups)
             m["gap/majority"] = m[f"maj@{k}"] - m[f"mean@{k}"]
         m["gap/verifier"] = verifier_gap([v.final for v in parsed], correct)
         m.update(caught_by_kind(task, flat_problems, texts, [v.final for v in parsed]))
+        m.update(process_localisation(task, flat_problems, texts, parsed, correct))
         out[name] = m
     return out

@@ -318,12 +318,15 @@ def final_verifier_results(cfg: RunConfig, session: Session, task, generator: tu
     split = cfg.eval.splits[0]
     if split not in task.splits:
         return results
-    both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)}
+    # without generator steps the trained verifier is the warmed-up one: it is evaluated once
+    both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)} if cfg.train.steps else {"verifier_warmup": (warm, wtok)}
     scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.tango.eval_n,
                                 k=cfg.eval.k, temperature=cfg.eval.temperature, gen_max_new_tokens=ekw["max_new_tokens"],
                                 ver_max_new_tokens=v.max_new_tokens, batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
     for name, m in scored.items():
         results[name] = {split: m}
+    if not cfg.train.steps:
+        results["verifier"] = results.get("verifier_warmup", {})
     for name, (m, tok) in both.items():
         injected = evaluate_on_injected(m, tok, task, heldout, max_new_tokens=v.max_new_tokens,
                                         batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
