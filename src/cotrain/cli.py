@@ -1,4 +1,4 @@
-"""cotrain run | recipes | check | eval | demo | plot | sweep.
+"""cotrain run | recipes | check | eval | demo | plot | sweep | archive | study.
 
 Every mistake a user can make ends with one line on stderr and exit code 2; anything else is a bug in
 cotrain, which ends with its traceback, a line that says so, and exit code 1.
@@ -224,6 +224,21 @@ def cmd_sweep(args) -> int:
         return 130
 
 
+def cmd_archive(args) -> int:
+    from cotrain.runs.archive import archive_run
+
+    for path in archive_run(args.run, args.dest, command=args.command, model=args.model):
+        print(path)
+    return 0
+
+
+def cmd_study(args) -> int:
+    from cotrain.analysis.study import build_study
+
+    print(build_study(args.study))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cotrain", description="RL co-training of language models that check each other.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -279,6 +294,18 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--dry-run", action="store_true", help="list the runs and whether each is new, to resume or finished")
     sw.add_argument("overrides", nargs="*", help="dotted overrides applied to every run, e.g. train.steps=50")
     sw.set_defaults(fn=cmd_sweep)
+
+    a = sub.add_parser("archive", help=("keep a run's results in the repository: cotrain archive RUN_DIR "
+                                        "results/STUDY/ARM/seedS (config, env, eval.json, gzipped metrics)"))
+    a.add_argument("run", help="the run directory")
+    a.add_argument("dest", help="where to write, e.g. results/sparse/grpo/seed0 or results/sparse/starts/sft")
+    a.add_argument("--command", help="the command that made the run, kept as DEST/COMMAND")
+    a.add_argument("--model", help="also keep this model directory's weights and tokenizer (a start)")
+    a.set_defaults(fn=cmd_archive)
+
+    st = sub.add_parser("study", help="a study's table and curves from results/STUDY (arms paired with grpo by seed)")
+    st.add_argument("study", help="the study directory, e.g. results/sparse")
+    st.set_defaults(fn=cmd_study)
     return p
 
 

@@ -1,0 +1,190 @@
+"""A study's table and figure, built from what `results/<study>/` keeps (runs/archive.py).
+
+Layout read: `<study>/<arm>/seed<S>/{eval.json, metrics.jsonl.gz, env.json}`; the arm named `grpo` is the
+baseline every other arm is paired with, seed by seed (cotrain.stats); an arm named `labelfree` is the
+label-free arm of the plan's "excellent" criterion, whose gain is read against the start's greedy pass@1
+(`<study>/starts/sft/eval.json`, the same problems as the arms' final evaluation).
+
+    cotrain study results/<study>        prints the table, writes <study>/table.md and <study>/curves.png
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cotrain.errors import UserError
+from cotrain.stats import POINTS, mean_ci95, paired_difference, plan_criteria
+
+BASELINE, LABELFREE, CURVE = "grpo", "labelfree", "eval/test/pass@1"
+
+
+@dataclass
+class Run:
+    """One archived run: its final evaluation, its in-training curve and the machine it ran on."""
+
+    eval: dict
+    steps: list[int] = field(default_factory=list)   # steps of the in-training evaluations
+    acc: list[float] = field(default_factory=list)   # greedy pass@1 there (eval.n_during problems)
+    flops: list[float] = field(default_factory=list)  # cumulative FLOPs there, warm-up included
+    warmup_flops: float = 0.0                          # FLOPs spent before the first generator step
+    cpu: str = "?"
+
+    def final(self, split: str) -> float | None:
+        return self.eval.get("generator", {}).get(split, {}).get("pass@1")
+
+
+def _rows(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_run(run_dir: Path) -> Run:
+    run = Run(json.loads((run_dir / "eval.json").read_text(encoding="utf-8")))
+    metrics = next((p for p in (run_dir / "metrics.jsonl.gz", run_dir / "metrics.jsonl") if p.is_file()), None)
+    flops = 0.0
+    for row in _rows(metrics) if metrics else []:
+        flops = row.get("flops/total", flops)
+        if row.get("step") == 0:
+            run.warmup_flops = flops
+        if CURVE in row:
+            run.steps.append(int(row["step"]))
+            run.acc.append(float(row[CURVE]))
+            run.flops.append(float(flops))
+    env = run_dir / "env.json"
+    if env.is_file():
+        e = json.loads(env.read_text(encoding="utf-8"))
+        run.cpu = f"{e.get('cpu', '?')} ({e.get('cpu_capability', '?')})"
+    return run
+
+
+def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
+    """{arm: {seed: Run}} of every `<arm>/seed<S>/eval.json` under the study; arms sorted, baseline first."""
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        raise UserError(f"{study_dir}: no such study directory")
+    arms: dict[str, dict[int, Run]] = {}
+    for ev in sorted(study_dir.glob("*/seed*/eval.json")):
+        arm, seed = ev.parent.parent.name, ev.parent.name.removeprefix("seed")
+        if arm != "starts" and seed.isdigit():
+            arms.setdefault(arm, {})[int(seed)] = load_run(ev.parent)
+    if not arms:
+        raise UserError(f"{study_dir}: no finished runs (<arm>/seed<S>/eval.json)")
+    return dict(sorted(arms.items(), key=lambda kv: (kv[0] != BASELINE, kv[0])))
+
+
+def steps_to_reach(steps: list[int], acc: list[float], target: float) -> int | None:
+    """The first step whose accuracy is at least `target` (up to float rounding of the means), or None if
+    the curve never gets there."""
+    return next((s for s, a in zip(steps, acc) if a >= target - 1e-9), None)
+
+
+def mean_curve(runs: dict[int, Run]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(steps, mean accuracy, CI half-width, mean FLOPs) over the seeds, at the steps every seed evaluated."""
+    common = sorted(set.intersection(*(set(r.steps) for r in runs.values())))
+    acc, half, flops = [], [], []
+    for s in common:
+        values = [r.acc[r.steps.index(s)] for r in runs.values()]
+        m, h = mean_ci95(values)
+        acc.append(m)
+        half.append(0.0 if math.isnan(h) else h)
+        flops.append(sum(r.flops[r.steps.index(s)] for r in runs.values()) / len(runs))
+    return common, acc, half, flops
+
+
+def _cell(values: list[float]) -> str:
+    m, h = mean_ci95(values)
+    return "–" if math.isnan(m) else (f"{m:.3f}" if math.isnan(h) else f"{m:.3f} ± {h:.3f}")
+
+
+def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
+    """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
+    half-width), the paired difference with the baseline in points, the steps its mean curve takes to
+    reach the baseline's final in-training accuracy, its FLOPs; then the plan's criteria per arm."""
+    base = arms.get(BASELINE)
+    target = mean_curve(base)[1][-1] if base and all(r.steps for r in base.values()) else None
+    lines = ["| arm | seeds | test pass@1 | ood pass@1 | paired vs grpo, test (points) | paired vs grpo, ood | "
+             "steps to grpo's final | FLOPs (warm-up) | CPU |", "|---|---|---|---|---|---|---|---|---|"]
+    criteria = []
+    for arm, runs in arms.items():
+        test = {s: r.final("test") for s, r in runs.items() if r.final("test") is not None}
+        ood = {s: r.final("ood") for s, r in runs.items() if r.final("ood") is not None}
+        d_test = d_ood = None
+        if base and arm != BASELINE:
+            b_test = {s: r.final("test") for s, r in base.items() if r.final("test") is not None}
+            b_ood = {s: r.final("ood") for s, r in base.items() if r.final("ood") is not None}
+            if set(b_test) & set(test):
+                d_test = paired_difference(b_test, test, POINTS)
+            if set(b_ood) & set(ood):
+                d_ood = paired_difference(b_ood, ood, POINTS)
+        reach = "–"
+        if target is not None and all(r.steps for r in runs.values()):
+            steps, acc, _, _ = mean_curve(runs)
+            hit = steps_to_reach(steps, acc, target)
+            reach = "not reached" if hit is None else str(hit)
+        flops = sum(r.flops[-1] if r.flops else 0.0 for r in runs.values()) / len(runs)
+        warm = sum(r.warmup_flops for r in runs.values()) / len(runs)
+        cpus = ", ".join(sorted({r.cpu for r in runs.values()}))
+        lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
+                     f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
+                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {cpus} |")
+        if d_test is not None and arm != LABELFREE:
+            gain = vs = None
+            if LABELFREE in arms and start is not None:
+                lf = {s: r.final("test") for s, r in arms[LABELFREE].items() if r.final("test") is not None}
+                gain = paired_difference({s: start for s in lf}, lf, POINTS)
+                if set(lf) & set(test):
+                    vs = paired_difference(test, lf, POINTS)
+            for c in plan_criteria(d_test, d_ood, gain, vs):
+                verdict = {True: "holds", False: "does not hold", None: "cannot say"}[c.holds]
+                criteria.append(f"- {arm}, **{c.name}** ({c.rule}): {verdict}; {c.figures}")
+    if target is not None:
+        lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
+    return "\n".join(lines + ([""] + criteria if criteria else []))
+
+
+def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "") -> None:
+    """Accuracy against generator steps and against FLOPs, every arm's mean over seeds with its 95% CI shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for arm, runs in arms.items():
+        if not all(r.steps for r in runs.values()):
+            continue
+        steps, acc, half, flops = mean_curve(runs)
+        lo, hi = [a - h for a, h in zip(acc, half)], [a + h for a, h in zip(acc, half)]
+        line, = left.plot(steps, acc, label=f"{arm} (n={len(runs)})")
+        left.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
+        right.plot(flops, acc, color=line.get_color())
+        right.fill_between(flops, lo, hi, alpha=0.2, color=line.get_color())
+    left.set_xlabel("generator step")
+    right.set_xlabel("FLOPs (cumulative, warm-up included)")
+    right.set_xscale("log")
+    for ax in (left, right):
+        ax.set_ylabel("greedy pass@1 (test, in training)")
+        ax.grid(alpha=0.3)
+    left.legend()
+    if title:
+        fig.suptitle(title)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def build_study(study_dir: str | Path) -> str:
+    """Table (printed and written to table.md) and curves.png of a study directory."""
+    study_dir = Path(study_dir)
+    arms = load_study(study_dir)
+    start_eval = study_dir / "starts" / "sft" / "eval.json"
+    start = None
+    if start_eval.is_file():
+        start = json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
+    text = study_table(arms, start)
+    (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
+    plot_study(arms, study_dir / "curves.png", title=study_dir.name)
+    return text

@@ -1,0 +1,66 @@
+"""Keeping what a study needs after its run directories are gone: `results/<study>/`.
+
+Run directories are scratch (large checkpoints, optimizer states). A study keeps, in the repository:
+
+    results/<study>/starts/<name>/     a start every arm shares: the model's weights and tokenizer (no
+                                       optimizer), the run's config.yaml, env.json, eval.json, COMMAND
+    results/<study>/<arm>/seed<S>/     a finished run: config.yaml, env.json, eval.json, metrics.jsonl.gz,
+                                       COMMAND
+
+`cotrain archive RUN_DIR DEST [--model ROLE_DIR]` writes either; `cotrain study results/<study>` builds
+the study's table and figures from them (analysis/study.py).
+"""
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+from cotrain.errors import UserError
+
+RUN_FILES = ("config.yaml", "env.json", "eval.json")
+MODEL_SKIP = ("optim.pt",)  # a start is weights and tokenizer; the optimizer belongs to the run that made it
+
+
+def gzip_file(src: Path, dest: Path) -> None:
+    """dest = gzip of src, with no name or time in its header (the same bytes for the same file)."""
+    with open(src, "rb") as fin, open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                                        mtime=0, compresslevel=9) as fout:
+        shutil.copyfileobj(fin, fout)
+
+
+def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = None,
+                model: str | Path | None = None) -> list[Path]:
+    """Copy what a study keeps of a run into `dest` (created): its config.yaml, env.json and eval.json when
+    present, metrics.jsonl gzipped, COMMAND when given, and with `model` that model directory's files
+    but its optimizer, under dest/<the model directory's name>.
+
+    Raises:
+        UserError: `run_dir` holds no config.yaml, or `model` is not a model directory.
+    """
+    run_dir, dest = Path(run_dir), Path(dest)
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
+    if model is not None and not (Path(model) / "config.json").is_file():
+        raise UserError(f"{model}: not a model directory (no config.json)")
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in RUN_FILES:
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, dest / name)
+            written.append(dest / name)
+    if (run_dir / "metrics.jsonl").is_file():
+        gzip_file(run_dir / "metrics.jsonl", dest / "metrics.jsonl.gz")
+        written.append(dest / "metrics.jsonl.gz")
+    if command:
+        (dest / "COMMAND").write_text(command.strip() + "\n", encoding="utf-8")
+        written.append(dest / "COMMAND")
+    if model is not None:
+        model = Path(model)
+        target = dest / model.name
+        target.mkdir(exist_ok=True)
+        for f in sorted(model.iterdir()):
+            if f.is_file() and f.name not in MODEL_SKIP:
+                shutil.copyfile(f, target / f.name)
+                written.append(target / f.name)
+    return written

@@ -1,0 +1,84 @@
+"""results/<study>/: archiving runs and starts, and the study table and curves built from them, against
+numbers worked out by hand."""
+import gzip
+import json
+
+import pytest
+
+from cotrain.analysis.study import build_study, load_study, mean_curve, steps_to_reach
+from cotrain.cli import main
+from cotrain.runs.archive import archive_run
+
+
+def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0):
+    """A finished run directory: eval.json, a metrics.jsonl whose rows at steps 0, 10, 20 hold the
+    in-training accuracy `curve`, and cumulative FLOPs (warm-up, then flops_per_step a step)."""
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("recipe: grpo\n")
+    (d / "env.json").write_text(json.dumps({"cpu": "AMD EPYC", "cpu_capability": "AVX512"}))
+    (d / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test}, "ood": {"pass@1": ood}}}))
+    rows = [{"step": 0, "flops/total": warmup, "eval/test/pass@1": curve[0]}]
+    for step in range(1, 21):
+        row = {"step": step, "flops/total": warmup + step * flops_per_step}
+        if step % 10 == 0:
+            row["eval/test/pass@1"] = curve[step // 10]
+        rows.append(row)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_archive_keeps_results_gzipped_and_a_start_without_its_optimizer(tmp_path):
+    run = _fake_run(tmp_path / "run", 0.5, 0.1, [0.1, 0.2, 0.3])
+    model = run / "final" / "generator"
+    model.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "optim.pt", "tokenizer.json"):
+        (model / name).write_text(name)
+    archive_run(run, tmp_path / "a", command="cotrain run x.yaml", model=model)
+    archive_run(run, tmp_path / "b")
+    kept = sorted(p.name for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert kept == ["COMMAND", "config.json", "config.yaml", "env.json", "eval.json", "metrics.jsonl.gz",
+                    "model.safetensors", "tokenizer.json"]
+    assert gzip.decompress((tmp_path / "a" / "metrics.jsonl.gz").read_bytes()) == (run / "metrics.jsonl").read_bytes()
+    # the same file gives the same bytes (no name or time in the gzip header)
+    assert (tmp_path / "a" / "metrics.jsonl.gz").read_bytes() == (tmp_path / "b" / "metrics.jsonl.gz").read_bytes()
+
+
+def test_archive_of_a_directory_that_is_no_run_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["archive", str(tmp_path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a run directory" in err[0]
+
+
+def test_steps_to_reach():
+    assert steps_to_reach([0, 10, 20], [0.1, 0.3, 0.5], 0.3) == 10
+    assert steps_to_reach([0, 10, 20], [0.1, 0.3, 0.5], 0.6) is None
+
+
+def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
+    """grpo seeds 0-2 end at test 0.40, 0.50, 0.45; tango at 0.47, 0.56, 0.53: differences 7, 6, 8
+    points, mean 7, sd 1, half-width 4.303 / sqrt(3) = 2.484 -> +7.0 [+4.5, +9.5]: minimum and good hold.
+    ood: grpo 0.10, 0.10, 0.10, tango 0.11, 0.12, 0.10 -> +1.0 [-1.5, +3.5]: great does not hold.
+    Curves: grpo's mean reaches 0.30 at step 20 (its final); tango's mean is 0.30 at step 10."""
+    study = tmp_path / "study"
+    for s, (t, c) in enumerate([(0.40, 0.28), (0.50, 0.32), (0.45, 0.30)]):
+        _fake_run(study / "grpo" / f"seed{s}", t, 0.10, [0.1, 0.2, c])
+    for s, t in enumerate([0.47, 0.56, 0.53]):
+        _fake_run(study / "tango" / f"seed{s}", t, [0.11, 0.12, 0.10][s], [0.1, 0.3, 0.4], 3e9, warmup=5e9)
+    (study / "starts" / "sft").mkdir(parents=True)
+    (study / "starts" / "sft" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": 0.2}}}))
+    arms = load_study(study)
+    assert list(arms) == ["grpo", "tango"] and sorted(arms["tango"]) == [0, 1, 2]
+    steps, acc, half, flops = mean_curve(arms["tango"])
+    assert steps == [0, 10, 20] and acc == pytest.approx([0.1, 0.3, 0.4]) and half == pytest.approx([0.0, 0.0, 0.0])
+    assert flops == [5e9, 3.5e10, 6.5e10]
+    text = build_study(study)
+    row = next(line for line in text.splitlines() if line.startswith("| tango"))
+    assert "+7.0 [+4.5, +9.5] (n=3)" in row and "+1.0 [-1.5, +3.5] (n=3)" in row
+    assert "| 10 |" in row and "6.50e+10 (5.0e+09)" in row and "AMD EPYC (AVX512)" in row
+    assert "tango, **minimum** (paired test lower bound >= -2): holds" in text
+    assert "tango, **good** (paired test mean >= +5 and lower bound > 0): holds" in text
+    assert "tango, **great** (paired ood lower bound > 0): does not hold" in text
+    assert "tango, **excellent** (label-free gain excludes 0 and paired (label-free - tango) lower bound >= -3): " \
+           "cannot say; not run" in text  # no label-free arm in this study
+    assert (study / "table.md").read_text().strip() == text.strip()
+    assert (study / "curves.png").stat().st_size > 1000
