@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cotrain.cli import main
+from cotrain.errors import UserError
 from cotrain.runs import sweep as sweep_mod
 from cotrain.runs.sweep import load_sweep, mean_ci95, plan, run_sweep, summarize
 
@@ -299,3 +300,37 @@ def test_real_sweep_through_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sweep_mod, "launch", lambda *a: pytest.fail("a finished run was launched again"))
     assert main(["sweep", str(path), "--out", str(out), "--jobs", "2"]) == 0
     assert capsys.readouterr().out.count("already finished") == 2
+
+
+def test_arms_each_with_its_overrides_config_and_seeds(tmp_path):
+    """Named arms instead of a grid: each arm its own overrides (on the sweep's base), or its own base
+    config, and its own seeds if given; runs go to DIR/<arm>/seed<S>."""
+    (tmp_path / "base.yaml").write_text("recipe: grpo\ntrain: {steps: 3}\n")
+    (tmp_path / "other.yaml").write_text("recipe: tango\ntrain: {steps: 5}\n")
+    (tmp_path / "s.yaml").write_text(
+        "base: base.yaml\noverrides: {train.lr: 3.0e-4}\nseeds: [0, 1]\n"
+        "arms:\n  grpo: {}\n  auto: {config: other.yaml, overrides: {tango.alpha: auto}, seeds: [0, 1, 2]}\n")
+    sweep = load_sweep(tmp_path / "s.yaml")
+    assert [c.name for c in sweep.cells] == ["grpo", "auto"] and sweep.grid == {"arm": ["grpo", "auto"]}
+    grpo, auto = sweep.cells
+    assert sorted(grpo.configs) == [0, 1] and sorted(auto.configs) == [0, 1, 2]
+    assert grpo.configs[1]["recipe"] == "grpo" and grpo.configs[1]["train"]["steps"] == 3
+    assert grpo.configs[1]["train"]["lr"] == 3e-4 and grpo.configs[1]["seed"] == 1
+    assert auto.configs[2]["recipe"] == "tango" and auto.configs[2]["train"]["steps"] == 5
+    assert auto.configs[2]["tango"]["alpha_schedule"] == "auto" and auto.configs[2]["train"]["lr"] == 3e-4
+    runs = plan(sweep, tmp_path / "out")
+    assert [r.run_dir.relative_to(tmp_path / "out").as_posix() for r in runs] == [
+        "grpo/seed0", "grpo/seed1", "auto/seed0", "auto/seed1", "auto/seed2"]
+
+
+@pytest.mark.parametrize("arms, message", [
+    ("arms: {a: {overrides: {seed: 3}}}", "'seed' in arm 'a'"),
+    ("arms: {a b: {}}", "arm name 'a b'"),
+    ("arms: {a: {bogus: 1}}", "unknown key 'bogus' in arm 'a'"),
+    ("arms: {a: {}}\ngrid: {train.lr: [1.0e-4]}", "either a grid or arms"),
+    ("arms: []", "arms must be a mapping"),
+])
+def test_bad_arms_are_one_clear_line(tmp_path, arms, message):
+    (tmp_path / "s.yaml").write_text(arms + "\n")
+    with pytest.raises(UserError, match=message):
+        load_sweep(tmp_path / "s.yaml")

@@ -12,6 +12,15 @@ A sweep file (YAML; relative paths are relative to the sweep file):
     seeds: [0, 1, 2]                  # default [0]
     metrics: [generator/test/pass@1, last:sft/loss]   # default: every numeric leaf of eval.json but `n`
 
+Instead of a grid, named arms (a study's table: each arm its own overrides, and its own seeds if given):
+
+    arms:
+      grpo: {overrides: {recipe: grpo}}
+      tango_auto: {overrides: {tango.alpha: auto}, seeds: [0, 1, 2, 3, 4]}
+      labelfree: {config: ../sparse/labelfree.yaml}     # its own base config (relative to the sweep file)
+
+Each arm's runs go to DIR/<arm>/seed<S>/, the layout `cotrain study` reads.
+
 A cell's config is the base config, then the file's overrides, then the command line's overrides, then the
 cell's grid values, then `init` (with a prepare run) and `seed`. The prepare run's config is its own config,
 its overrides, then the command line's overrides. Every config is validated before anything runs.
@@ -52,7 +61,8 @@ from cotrain.config import apply_overrides, build_config, read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.stats import mean_ci95
 
-SWEEP_KEYS = ("base", "overrides", "prepare", "grid", "seeds", "metrics")
+SWEEP_KEYS = ("base", "overrides", "prepare", "grid", "arms", "seeds", "metrics")
+ARM_KEYS = ("config", "overrides", "seeds")
 PREPARE_KEYS = ("config", "overrides")
 LAST = "last:"          # a metric `last:<key>` is the mean of <key> over the last rows of metrics.jsonl
 LAST_FRACTION = 0.1     # ... the last 10% of the rows that hold the key, at least one
@@ -234,6 +244,11 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
 
     # ------------------------------------------------ cells
     base = _read_yaml(_relative(path, spec["base"], "base"), "base config") if spec.get("base") is not None else {}
+    if spec.get("arms") is not None:
+        if grid:
+            raise UserError("a sweep has either a grid or arms, not both")
+        cells = _arm_cells(path, spec["arms"], base, file_overrides + cli, seeds)
+        return Sweep(path, {"arm": [c.name for c in cells]}, seeds, cells, prepare, metrics)
     cells = []
     for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo))
@@ -245,6 +260,28 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         if names.count(name) > 1:
             raise UserError(f"two cells share the directory name '{name}': make the grid values distinct")
     return Sweep(path, grid, seeds, cells, prepare, metrics)
+
+
+def _arm_cells(path: Path, arms, base: dict, overrides: list[str], seeds: list[int]) -> list[Cell]:
+    if not isinstance(arms, dict) or not arms:
+        raise UserError("arms must be a mapping of arm names to {config, overrides, seeds}, e.g. {grpo: {overrides: {recipe: grpo}}}")
+    cells = []
+    for name, arm in arms.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._+@-]{1,100}", name):
+            raise UserError(f"arm name {name!r}: use letters, digits and ._+@- (it names a directory)")
+        arm = arm or {}
+        if not isinstance(arm, dict):
+            raise UserError(f"arm '{name}' must be a mapping with config, overrides and/or seeds")
+        _check_known(arm, ARM_KEYS, f"arm '{name}'")
+        raw = _read_yaml(_relative(path, arm["config"], f"arms.{name}.config"), f"arm '{name}' config") \
+            if arm.get("config") is not None else copy.deepcopy(base)
+        own = _as_overrides(arm.get("overrides"), f"arms.{name}.overrides")
+        if any(item.split("=", 1)[0].strip() == "seed" for item in own):
+            raise UserError(f"'seed' in arm '{name}': the arm's seeds list sets it")
+        raw = apply_overrides(raw, overrides + own)
+        arm_seeds = _seeds(arm["seeds"]) if "seeds" in arm else seeds
+        cells.append(Cell(name, {"arm": name}, {s: _validated({**raw, "seed": s}, f"arm {name}") for s in arm_seeds}))
+    return cells
 
 
 # ---------------------------------------------------------------- running
