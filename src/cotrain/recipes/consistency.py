@@ -2,7 +2,7 @@
 
 RL Tango with every ground-truth label replaced by the agreement with its group's majority answer.
 
-Algorithm (the loop of recipes/tango.py; formulas in DESIGN.md). No ground truth on the training
+Algorithm (the loop of recipes/tango.py; formulas in docs/design.md, "Label-free recipes"). No ground truth on the training
 path: it sees `tasks.base.blind` problems.
   pseudo-label  a solution is labelled correct when its answer equals the majority answer of its group
             of G samples; groups whose majority has a share below `consistency.min_share` are

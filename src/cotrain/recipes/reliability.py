@@ -5,7 +5,7 @@ scores; seed questions come from the train split through `tasks.base.blind` (ans
 Ground truth is read only by the metrics under `gt/` and by evaluation (`eval/`). The roles' models
 are set up as in triad (one shared model or three; the judge is the verifier role).
 
-Algorithm (formulas in DESIGN.md), each step:
+Algorithm (formulas in docs/design.md, "Label-free recipes"), each step:
   proposer  as in triad; the valid proposals and buffer questions make B = batch_size / C questions.
   solver    C candidates per question from sampling regimes: strong (`n_strong` at
             `strong_temperature`, and `n_best_of` best-of-N by self-consistency) and weak (`n_weak` at

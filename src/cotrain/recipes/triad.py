@@ -9,7 +9,7 @@ one joint update) or three models do (the judge starts from `verifier.init`, the
 `selfplay.proposer_init`). The judge is the verifier role (roles/verifier.py): each judging pass is
 one sampled verification, scored 1 (approve), 0 (reject) or 0.5 (unparsable).
 
-Algorithm (Zhang et al. 2025, "Multi-Agent Evolve"; formulas in DESIGN.md), each step:
+Algorithm (Zhang et al. 2025, "Multi-Agent Evolve"; formulas in docs/design.md, "Label-free recipes"), each step:
   proposer  `selfplay.proposals` questions from one prompt (its group); a question is parsable when
             it reads as the task's notation and valid when it is also within the size limits
             (`selfplay.max_ops`, `max_operand`).

@@ -1,6 +1,6 @@
 """The proposer-solver-judge loop's shared pieces, used by triad and reliability: the three roles'
 models (one shared model or three) and their optimizers, the seed questions, the proposer's step and
-warm-up, judging, one optimizer step per model, and the ground-truth monitors (formulas in DESIGN.md).
+warm-up, judging, one optimizer step per model, and the ground-truth monitors (formulas in docs/design.md, "Label-free recipes").
 """
 from __future__ import annotations
 

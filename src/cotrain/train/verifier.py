@@ -1,7 +1,7 @@
 """The verifier's side of generator-verifier co-training, shared by tango, frozen_verifier and
 consistency: its warm-up (SFT on automatically labelled verifications, then optional RL steps), its RL
 step, the verification of the generator's samples and the process advantages read from it, the
-co-training monitors, and the final comparison with the warmed-up verifier (formulas in DESIGN.md).
+co-training monitors, and the final comparison with the warmed-up verifier (formulas in docs/design.md, "RL Tango").
 """
 from __future__ import annotations
 
