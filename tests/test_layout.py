@@ -6,6 +6,7 @@ import circle (lazy imports inside functions count), and every recipe registered
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -150,6 +151,96 @@ def test_cli_lists_every_recipe_with_its_summary(capsys):
     for name in registry.RECIPES:
         line = f"{name:<18}{registry.summary(name)}"
         assert line in listed and line in helped, name
+
+
+
+# ---------------------------------------------------------------- the layout list of docs/reference.md
+
+LAYOUT_DOC = REPO / "docs" / "reference.md"
+_MODULE_TOKEN = re.compile(r"(?<![\w/.])(\w+(?:/\w+)*\.py)\b")
+
+
+def documented_layout(text: str) -> list[tuple[str, list[str]]]:
+    """The entries of the `src/cotrain/` block under "## Layout": [(name, modules named in its text)].
+
+    An entry starts on a line indented by two spaces ("  models/  build.py (...), ..."); deeper lines
+    continue it; the block ends at the first line that is not indented. A folder's modules are the
+    `*.py` names its entry mentions (relative to the folder).
+    """
+    section = re.split(r"^## Layout\b.*$", text, maxsplit=1, flags=re.M)
+    assert len(section) == 2, "docs/reference.md has no '## Layout' section"
+    block = section[1].split("```", 2)[1]
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "src/cotrain/")
+    entries: list[tuple[str, list[str]]] = []
+    for line in lines[start + 1:]:
+        if line.strip() and not line.startswith(" "):
+            break
+        if line.startswith("  ") and not line.startswith("   "):
+            name, _, rest = line.strip().partition(" ")
+            entries.append((name, [rest]))
+        elif line.strip():
+            assert entries, f"a continued line before any entry: {line!r}"
+            entries[-1][1].append(line)
+    return [(name, _MODULE_TOKEN.findall(" ".join(rest)) if name.endswith("/") else [])
+            for name, rest in entries]
+
+
+def package_tree(root: Path) -> tuple[set[str], dict[str, set[str]], set[str]]:
+    """(top-level modules, {package folder: its modules but __init__.py}, other top-level entries)."""
+    top, packages, other = set(), {}, set()
+    for path in sorted(root.iterdir()):
+        if path.name in ("__init__.py", "__pycache__") or path.name.endswith(".egg-info"):
+            continue
+        if path.is_dir() and (path / "__init__.py").is_file():
+            packages[path.name + "/"] = {m.relative_to(path).as_posix() for m in path.rglob("*.py")
+                                         if m.name != "__init__.py" and "__pycache__" not in m.parts}
+        elif path.suffix == ".py":
+            top.add(path.name)
+        else:
+            other.add(path.name + "/" if path.is_dir() else path.name)
+    return top, packages, other
+
+
+def layout_problems(entries: list[tuple[str, list[str]]], root: Path) -> list[str]:
+    """What the layout list gets wrong about the tree at `root`, one line each ([] when they agree)."""
+    top, packages, other = package_tree(root)
+    names = [name for name, _ in entries]
+    problems = [f"{n} is listed {names.count(n)} times" for n in sorted(set(names)) if names.count(n) > 1]
+    problems += [f"{n} is in the tree but not in the layout" for n in sorted((top | set(packages)) - set(names))]
+    problems += [f"{n} is in the layout but not in the tree" for n in sorted(set(names) - top - set(packages) - other)]
+    for name, modules in entries:
+        if name not in packages:
+            continue
+        problems += [f"{name}{m} is named {modules.count(m)} times" for m in sorted(set(modules)) if modules.count(m) > 1]
+        problems += [f"{name}{m} is in the tree but not in the layout" for m in sorted(packages[name] - set(modules))]
+        problems += [f"{name}{m} is in the layout but not in the tree" for m in sorted(set(modules) - packages[name])]
+    return problems
+
+
+def test_layout_checker_finds_a_missing_a_stale_and_a_doubled_module(tmp_path):
+    root = tmp_path / "cotrain"
+    (root / "models").mkdir(parents=True)
+    (root / "data").mkdir()
+    for f in ("__init__.py", "cli.py", "hub.py", "models/__init__.py", "models/build.py", "models/lora.py"):
+        (root / f).write_text("")
+    doc = ("## Layout\n\n```\nsrc/cotrain/\n  cli.py     the commands\n  gone.py    removed long ago\n"
+           "  models/    build.py (presets), generate.py,\n             build.py again\n  data/      data files\n"
+           "configs/   only overrides\n```\n")
+    assert sorted(layout_problems(documented_layout(doc), root)) == sorted([
+        "hub.py is in the tree but not in the layout",
+        "gone.py is in the layout but not in the tree",
+        "models/build.py is named 2 times",
+        "models/lora.py is in the tree but not in the layout",
+        "models/generate.py is in the layout but not in the tree",
+    ])
+
+
+def test_the_layout_in_docs_names_every_module_once():
+    """docs/reference.md's layout list and src/cotrain/ agree: a module added, moved or removed without
+    its line fails here, with the line to add or remove."""
+    problems = layout_problems(documented_layout(LAYOUT_DOC.read_text(encoding="utf-8")), SRC / "cotrain")
+    assert not problems, "docs/reference.md, ## Layout: " + "; ".join(problems)
 
 
 if __name__ == "__main__":
