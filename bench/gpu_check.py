@@ -1,6 +1,6 @@
 """GPU check: the real-model path on one CUDA GPU, measured against the estimates of configs/real/README.md.
 
-One command for the first GPU a session gets, with the torch, transformers and peft preinstalled
+One command for the first GPU a user gets, with the torch, transformers and peft preinstalled
 there and no network. It builds a model of Qwen2.5-0.5B-Instruct's shapes locally (random weights,
 the real config's sizes: 24 layers, hidden 896, MLP 4,864, 14 query and 2 key/value heads,
 vocabulary 151,936 rows, tied embeddings; a byte-level BPE tokenizer trained offline with a ChatML
