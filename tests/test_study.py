@@ -82,3 +82,22 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
            "cannot say; not run" in text  # no label-free arm in this study
     assert (study / "table.md").read_text().strip() == text.strip()
     assert (study / "curves.png").stat().st_size > 1000
+
+
+def test_world_table_marks_each_goal_missed(tmp_path, capsys):
+    """Two worlds: one meeting every goal; one whose failures sit in the last step (0.1 not last), whose
+    verifier misses a kind (0.75 of `operand`) and that has too few right samples (80)."""
+    good = {"all_wrong@8": 0.6, "process/n_failed": 900.0, "process/first_false_not_last": 0.8,
+            "process/first_rejected_match": 0.75, "balanced_accuracy": 0.93, "n/correct": 150.0, "caught/correct": 0.95,
+            "n/step": 500.0, "caught/step": 0.9, "n/target": 400.0, "caught/target": 0.85, "n/format": 3.0,
+            "caught/format": 0.0}
+    bad = {**good, "process/first_false_not_last": 0.1, "caught/operand": 0.75, "n/operand": 50.0, "n/correct": 80.0}
+    for name, m in (("a_good", good), ("b_bad", bad)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps({"verifier_warmup": {"test": m}}))
+    assert main(["study", str(tmp_path), "--worlds"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    # format (3 samples) is left out of the weakest catch; 903 wrong samples
+    assert lines[2] == "| a_good | 0.600 | 900 | 0.800 | 0.750 | 0.930 | 903 | 150 | 0.850 (target) | yes |"
+    assert lines[3] == "| b_bad | 0.600 | 900 | 0.100 ✗ | 0.750 | 0.930 | 953 | 80 ✗ | 0.750 (operand) ✗ | no |"
+    assert (tmp_path / "table.md").is_file()

@@ -233,8 +233,13 @@ def cmd_archive(args) -> int:
 
 
 def cmd_study(args) -> int:
-    from cotrain.analysis.study import build_study
+    from cotrain.analysis.study import build_study, world_table
 
+    if args.worlds:
+        text = world_table(args.study)
+        (Path(args.study) / "table.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
+        return 0
     print(build_study(args.study))
     return 0
 
@@ -305,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("study", help="a study's table and curves from results/STUDY (arms paired with grpo by seed)")
     st.add_argument("study", help="the study directory, e.g. results/sparse")
+    st.add_argument("--worlds", action="store_true", help=("the directory holds <world>/eval.json of runs without "
+                                                           "generator steps: tabulate each world's measurements at its start"))
     st.set_defaults(fn=cmd_study)
     return p
 

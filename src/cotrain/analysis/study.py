@@ -188,3 +188,53 @@ def build_study(study_dir: str | Path) -> str:
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     return text
+
+
+# ---------------------------------------------------------------- worlds: where step verdicts can matter
+
+WORLD_GOALS = (  # (metric of verifier_warmup/<split>, goal, at least?) for a world where step verdicts carry
+    ("all_wrong@8", 0.5, True),                        # what the outcome does not: sparse outcomes ...
+    ("process/n_failed", 500, True),                    # ... on enough failed samples ...
+    ("process/first_false_not_last", 0.5, True),        # ... whose first error is not the last step ...
+    ("process/first_rejected_match", 0.7, True),        # ... and that the verifier points to,
+    ("balanced_accuracy", 0.9, True),                   # from a verifier that judges the generator's samples
+    ("n/correct", 100, True),                           # (on enough of each class)
+)
+KIND_GOAL = 0.8  # and catches each kind of error
+
+
+def world_row(name: str, m: dict) -> tuple[str, bool]:
+    """One markdown row of a world's measurements at its start (the `verifier_warmup/<split>` metrics of a
+    run with no generator steps) and whether it meets every goal of WORLD_GOALS and KIND_GOAL."""
+    cells, ok = [name], True
+    for key, goal, _ in WORLD_GOALS:
+        value = m.get(key)
+        met = value is not None and value >= goal
+        ok &= met
+        cells.append("–" if value is None else (f"{value:.0f}" if value >= 10 else f"{value:.3f}") + ("" if met else " ✗"))
+    n_wrong = sum(v for k, v in m.items() if k.startswith("n/") and k != "n/correct")
+    cells.insert(-1, f"{n_wrong:.0f}")
+    ok &= n_wrong >= 100
+    kinds = {k.removeprefix("caught/"): v for k, v in m.items() if k.startswith("caught/") and k != "caught/correct"
+             and m.get("n/" + k.removeprefix("caught/"), 0) >= 10}
+    worst = min(kinds.items(), key=lambda kv: kv[1]) if kinds else None
+    ok &= worst is not None and worst[1] >= KIND_GOAL
+    cells.append("–" if worst is None else f"{worst[1]:.3f} ({worst[0]})" + ("" if worst[1] >= KIND_GOAL else " ✗"))
+    cells.append("yes" if ok else "no")
+    return "| " + " | ".join(cells) + " |", ok
+
+
+def world_table(worlds_dir: str | Path, split: str = "test") -> str:
+    """The measurements of every `<worlds_dir>/<world>/eval.json` against the goals (✗ marks a goal missed;
+    error kinds with fewer than 10 samples are left out of the weakest catch)."""
+    rows = ["| world | all-wrong groups of 8 (≥ 0.5) | failed samples with a false step (≥ 500) | first false "
+            "step not the last (≥ 0.5) | verifier's first rejected step = it (≥ 0.7) | balanced accuracy (≥ 0.9) | "
+            "wrong samples (≥ 100) | right samples (≥ 100) | weakest catch by error kind (≥ 0.8) | meets all |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    found = sorted(Path(worlds_dir).glob("*/eval.json"))
+    if not found:
+        raise UserError(f"{worlds_dir}: no <world>/eval.json")
+    for ev in found:
+        m = json.loads(ev.read_text(encoding="utf-8")).get("verifier_warmup", {}).get(split, {})
+        rows.append(world_row(ev.parent.name, m)[0])
+    return "\n".join(rows)
