@@ -1,6 +1,7 @@
 """Answers graded per second, per task: can the grader keep up with a training step?
 
-Workload, per task, from the shared data files (`../shared/data`) where the task reads files:
+Workload, per task, from the data files shipped with the package (`src/cotrain/data`, or
+$COTRAIN_DATA_DIR) where the task reads files:
   ordinary      each gold answer written back the ways a model writes one: "The answer is X.",
                 "#### X" and "\\boxed{X}" (GSM8K test, MATH-500, a jsonl copy of GSM8K test;
                 arith and countdown: their own reference solutions), graded against its problem.
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from cotrain.tasks import make_task
 from cotrain.tasks.grading import math_equal
-from cotrain.tasks.mathdata import default_data_dir
+from cotrain.tasks.mathdata import data_file, default_data_dir, read_jsonl
 
 PATHOLOGICAL = ["\\boxed{" + "\\frac{1}{" * 5000 + "2" + "}" * 5000 + "}",
                 "\\boxed{" + "9^{" * 30 + "9" + "}" * 30 + "}",
@@ -77,7 +78,7 @@ def grade_all(task, pairs: list[tuple[str, object]]) -> tuple[float, float]:
 
 def tasks(n: int, tmp: Path) -> dict:
     data = default_data_dir()
-    gsm = [json.loads(line) for line in (data / "gsm8k_test.jsonl").read_text().splitlines() if line.strip()]
+    gsm = read_jsonl(data_file(data, "gsm8k_test.jsonl"), "gsm8k")
     jsonl = tmp / "gsm8k_as_jsonl.jsonl"
     jsonl.write_text("".join(json.dumps({"question": r["question"], "answer": r["answer"].split("####")[-1].strip()})
                              + "\n" for r in gsm))

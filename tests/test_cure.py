@@ -3,7 +3,6 @@ sandbox on hand-written codes and tests, and runs of the recipe (smoke, the wall
 variant, a fixed-seed regression, SIGKILL and resume)."""
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,13 +16,14 @@ from cotrain.tasks.arith import ArithTask
 from cotrain.tasks.base import LabelLeak, blind
 from cotrain.tasks.code import HumanEvalTask
 from cotrain.tasks.codeworld import CodeWorldTask
+from cotrain.tasks.mathdata import shipped_data_dir
 from cotrain.train.cure import execution_matrices, matrix_metrics, require_unit_tests
 from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
 
 T, F = True, False
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = shipped_data_dir()  # HumanEval, shipped gzipped in the package
 
 # ---------------------------------------------------------------------- rewards, by hand
 
@@ -105,14 +105,14 @@ def test_the_tester_line_is_the_first_assertion_else_the_first_line_outside_fenc
     ("assert f(" * 400 + ")", None), ("", None), (None, None),
 ])
 def test_an_assertion_line_reads_as_arguments_and_expected_value_or_not_at_all(line, read):
-    assert HumanEvalTask(SHARED_DATA).parse_test(line) == read
+    assert HumanEvalTask(DATA).parse_test(line) == read
 
 
 def test_humaneval_literal_assertions_are_unit_tests_the_matrix_runs():
     """154 of the 164 problems have tests of the form `assert candidate(literals) == literal` (1,059 in all);
     the reference solution passes each in the execution matrix, `return None` passes none, and a test line
     the task writes reads back as the same test."""
-    task = HumanEvalTask(SHARED_DATA)
+    task = HumanEvalTask(DATA)
     problems = task.problems("test")
     counts = [len(task.tests_of(p)) for p in problems]
     assert (len(problems), sum(c > 0 for c in counts), sum(counts)) == (164, 154, 1059)

@@ -20,16 +20,13 @@ from cotrain.eval.metrics import majority_answer
 from cotrain.models.build import build_standin
 from cotrain.roles import generator, proposer, verifier
 from cotrain.tasks import Problem, make_task
-from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task, default_data_dir, extract_gsm8k_answer
+from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task, extract_gsm8k_answer, shipped_data_dir
 
 REAL = Path(__file__).resolve().parents[1] / "configs" / "real"
 CODE_CONFIGS = [REAL / "cure.yaml"]  # code co-training: a HumanEval-format file the user brings, then HumanEval
 CONFIGS = sorted(p for p in REAL.glob("*.yaml") if not p.stem.startswith("smollm2_") and p not in CODE_CONFIGS)  # on GSM8K
 CPU_CONFIGS = sorted(REAL.glob("smollm2_*.yaml"))  # the real SmolLM2 sized for a CPU: tests/test_real_model.py
-DATA = default_data_dir()
-needs_data = pytest.mark.skipif(not all((DATA / f).is_file() for f in ("gsm8k_train.jsonl", "gsm8k_test.jsonl",
-                                                                        "math500_test.jsonl")),
-                                reason=f"shared data files absent: {DATA}")
+DATA = shipped_data_dir()  # GSM8K, MATH-500 and HumanEval, gzipped in the package
 FAST = ["--prompts", "1", "--max-new-tokens", "16"]  # a check's rollout on one thread in about a second
 
 
@@ -49,7 +46,7 @@ def test_the_cure_config_names_its_model_in_one_line_and_tests_on_humaneval():
     named = [line for line in lines if re.search(r"\bpath:", line)]
     assert len(named) == 1 and named[0].startswith("model:") and cfg.model.path in named[0]
     assert cfg.recipe == "cure" and cfg.task.name == "code_jsonl" and cfg.train.bf16 is True
-    assert cfg.task.options()["splits"]["test"].endswith("shared/data/humaneval.jsonl.gz")
+    assert cfg.task.options()["splits"]["test"] == "data:humaneval.jsonl.gz"  # the copy shipped with cotrain
     # the training file is the user's: one override
     train = load_config(path, ["task.splits.train=/data/mine.jsonl"]).task.options()["splits"]["train"]
     assert train == "/data/mine.jsonl"
@@ -98,7 +95,6 @@ def test_readme_covers_every_real_config():
 # ---------------------------------------------------------------------- gsm8k with MATH-500 as its ood split
 
 
-@needs_data
 def test_gsm8k_ood_split_is_math500_read_and_graded_as_math500():
     task = make_task("gsm8k", ood="math500")  # what `task: {name: gsm8k, ood: math500}` builds
     assert task.splits == ("train", "test", "ood")
@@ -198,7 +194,6 @@ RUNS = [  # (config, stand-in, class, roles reported besides the generator)
 ]
 
 
-@needs_data
 @pytest.mark.parametrize("name, arch, cls, others", RUNS, ids=[r[0] for r in RUNS])
 def test_check_starts_real_config_on_standin(standins, capsys, name, arch, cls, others):
     code = main(["check", str(REAL / f"{name}.yaml"), f"model.path={standins[arch]}", *FAST])
@@ -219,7 +214,6 @@ def test_check_starts_real_config_on_standin(standins, capsys, name, arch, cls, 
     assert f"training pool {pool} problems; evaluation test 1319, ood 500" in report["task"]
 
 
-@pytest.mark.skipif(not (DATA / "humaneval.jsonl.gz").is_file(), reason=f"shared data files absent: {DATA}")
 def test_check_starts_the_cure_config_on_a_standin(standins, capsys, tmp_path):
     """The code config on a stand-in: codes and tests sampled, the first group's execution matrix run in the
     sandbox against the problem's literal assertions."""
@@ -228,8 +222,7 @@ def test_check_starts_the_cure_config_on_a_standin(standins, capsys, tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text("".join(gzip.open(DATA / "humaneval.jsonl.gz", "rt").readlines()[:5]))
     code = main(["check", str(REAL / "cure.yaml"), f"model.path={standins['qwen2']}", f"task.splits.train={train}",
-                 f"task.splits.test={DATA / 'humaneval.jsonl.gz'}", "cure.n_tests=2", "cure.test_max_new_tokens=8",
-                 *FAST])
+                 "cure.n_tests=2", "cure.test_max_new_tokens=8", *FAST])  # the test split: the config's data:humaneval
     out, err = capsys.readouterr()
     assert code == 0, err
     report = dict(line.split(None, 1) for line in out.splitlines()[1:-1] if not line.startswith(" "))
@@ -237,7 +230,6 @@ def test_check_starts_the_cure_config_on_a_standin(standins, capsys, tmp_path):
     assert re.search(r"first problem: \d/2 tests parse .*execution matrix of 16 codes x \(\d+ ground-truth", report["tests"])
 
 
-@needs_data
 def test_one_run_evaluates_gsm8k_test_and_math500(standins, tmp_path, capsys):
     """The shipped grpo config, shrunk to one step, ends with both splits in eval.json."""
     tiny = ["train.steps=1", "train.batch_size=16", "grpo.max_new_tokens=8", "eval.n=4", "eval.k=2",
@@ -249,7 +241,6 @@ def test_one_run_evaluates_gsm8k_test_and_math500(standins, tmp_path, capsys):
     assert set(results) == {"test", "ood"} and results["ood"]["n"] == results["test"]["n"] == 4
 
 
-@needs_data
 def test_check_returns_the_first_rollouts_numbers(standins):
     cfg = load_config(REAL / "grpo.yaml", [f"model.path={standins['qwen2']}"])
     lines = []
@@ -263,7 +254,6 @@ def test_check_returns_the_first_rollouts_numbers(standins):
     assert lines[-1] == "ok"
 
 
-@needs_data
 def test_check_honours_verifier_init_and_separate_selfplay_models(standins, capsys):
     assert main(["check", str(REAL / "tango.yaml"), f"model.path={standins['qwen2']}",
                  f"verifier.init={standins['llama']}", "--prompts", "1", "--max-new-tokens", "4"]) == 0
@@ -275,7 +265,6 @@ def test_check_honours_verifier_init_and_separate_selfplay_models(standins, caps
     assert re.search(r"^proposer  LlamaForCausalLM", out, re.M) and re.search(r"^judge     LlamaForCausalLM", out, re.M)
 
 
-@needs_data
 def test_check_warns_when_16_bit_weights_cannot_take_the_learning_rate(standins, capsys):
     assert main(["check", str(REAL / "grpo.yaml"), f"model.path={standins['qwen2']}", "model.dtype=bfloat16",
                  "--prompts", "1", "--max-new-tokens", "4"]) == 0
@@ -286,8 +275,8 @@ def test_check_warns_when_16_bit_weights_cannot_take_the_learning_rate(standins,
 
 @pytest.mark.parametrize("args, message", [
     # models are loaded after the data is read: these two need the data files
-    pytest.param(["model.path=/nonexistent/model"], "not a model directory", marks=needs_data),  # no such directory
-    pytest.param(["init=/nonexistent/run"], "no model found at /nonexistent/run", marks=needs_data),  # before loading
+    (["model.path=/nonexistent/model"], "not a model directory"),  # no such directory
+    (["init=/nonexistent/run"], "no model found at /nonexistent/run"),  # before loading
     (["trian.steps=3"], "unknown config key 'trian'"),  # a typo in an override
     (["task.ood=math"], "task.ood must be one of math500"),  # a bad task option
     (["--prompts", "0"], "--prompts must be at least 1"),

@@ -15,7 +15,6 @@ import pytest
 from cotrain import sandbox
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 FAST = sandbox.Limits(wall_s=2.0, cpu_s=1)
 ADD_ONE = "def f(x):\n    return x + 1\n"
 
@@ -155,24 +154,41 @@ def test_no_network():
     assert values(run(code)) == ["isolated"]
 
 
-def test_files_outside_cannot_be_read():
+@pytest.fixture
+def outside(tmp_path):
+    """A directory beside the repository, readable by everyone, holding `notes.md`: outside the repository and
+    outside /tmp (which the sandbox replaces). In pytest's temporary directory where the repository's
+    parent is not writable."""
+    try:
+        where = Path(tempfile.mkdtemp(prefix=".cotrain-test-outside-", dir=REPO.parent))
+    except OSError:
+        where = Path(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        os.chmod(where, 0o755)  # only the sandbox, not the permissions, may keep its users out
+        (where / "notes.md").write_text("a file outside the sandbox\n")
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_files_outside_cannot_be_read(outside):
     targets = [str(REPO / "README.md"), str(REPO / "src" / "cotrain" / "sandbox.py"), os.path.expanduser("~/.bashrc"),
-               str(SHARED / "DESIGN.md"), "/etc/passwd", f"/proc/{os.getpid()}/environ"]
+               str(outside / "notes.md"), "/etc/passwd", f"/proc/{os.getpid()}/environ"]
     assert any(Path(t).exists() for t in targets)
     code = ("def f(path):\n    try:\n        return open(path).read()[:20]\n    except OSError:\n        return None\n")
     assert values(run(code, [(t,) for t in targets])) == [None] * len(targets)
 
 
-def test_files_outside_cannot_be_written_or_deleted(tmp_path):
+def test_files_outside_cannot_be_written_or_deleted(tmp_path, outside):
     marker = f"escaped-{uuid.uuid4().hex}"
     writes = [str(REPO / marker), os.path.expanduser(f"~/{marker}"), f"/tmp/{marker}", str(tmp_path / marker)]
     code = ("import os, shutil\ndef f(path):\n    for act in (lambda: open(path, 'w').write('x'), lambda: os.remove(path),\n"
             "                lambda: shutil.rmtree(path)):\n        try:\n            act()\n        except Exception:\n"
             "            pass\n    return 0\n")
     keep = REPO / "README.md"
-    run(code, [(w,) for w in writes] + [(str(keep),), (str(SHARED),), (str(REPO / "src"),)])
+    run(code, [(w,) for w in writes] + [(str(keep),), (str(outside),), (str(REPO / "src"),)])
     assert not any(Path(w).exists() for w in writes)
-    assert keep.is_file() and (REPO / "src" / "cotrain" / "sandbox.py").is_file()
+    assert keep.is_file() and (REPO / "src" / "cotrain" / "sandbox.py").is_file() and (outside / "notes.md").is_file()
 
 
 def test_the_parent_cannot_be_signalled():
@@ -253,7 +269,9 @@ def test_humaneval_references_pass_and_a_mutant_fails():
     import gzip
     import json
 
-    data = SHARED / "data" / "humaneval.jsonl.gz"
+    from cotrain.tasks.mathdata import shipped_data_dir
+
+    data = shipped_data_dir() / "humaneval.jsonl.gz"
     rows = {r["task_id"]: r for r in map(json.loads, gzip.open(data, "rt"))}
     for task in ("HumanEval/0", "HumanEval/32", "HumanEval/33", "HumanEval/38", "HumanEval/53"):
         row = rows[task]  # 32, 38: random inputs and helpers from the prompt; 33: the test calls the entry by name

@@ -1,5 +1,6 @@
 """Tests of cotrain.tasks: the arith formats worked out by hand, split disjointness, determinism,
-corrupted chains and their step labels, answer extraction tables, the file tasks on shared/data,
+corrupted chains and their step labels, answer extraction tables, the file tasks on the data shipped
+in the package (and on a `datasets` data set, when `datasets` is installed),
 the time-bounded math-verify grader, reasoning-gym, and fuzzing that no string makes a grader raise."""
 import json
 import random
@@ -29,19 +30,11 @@ from cotrain.tasks.mathdata import (
     Gsm8kTask,
     JsonlTask,
     Math500Task,
-    default_data_dir,
     extract_gsm8k_answer,
     extract_math_answer,
     last_boxed,
     normalise_answer,
 )
-
-DATA = default_data_dir()
-
-
-def needs_data(filename: str):
-    return pytest.mark.skipif(not (DATA / filename).is_file(), reason=f"shared data file absent: {DATA / filename}")
-
 
 # ----------------------------------------------------------------------------- arith: formats
 
@@ -361,7 +354,6 @@ def test_plain_number():
 # ----------------------------------------------------------------------------- gsm8k, math500 files
 
 
-@needs_data("gsm8k_train.jsonl")
 def test_gsm8k_known_row_and_reference_solutions():
     task = Gsm8kTask()
     rows = sorted(task.problems("train"), key=lambda p: p.meta["line"])
@@ -377,7 +369,6 @@ def test_gsm8k_known_row_and_reference_solutions():
         assert "<<" not in problem.solution
 
 
-@needs_data("gsm8k_test.jsonl")
 def test_gsm8k_test_split_is_deterministic_with_the_prefix_property():
     task = Gsm8kTask()
     long = task.problems("test", 50, seed=1)
@@ -387,7 +378,6 @@ def test_gsm8k_test_split_is_deterministic_with_the_prefix_property():
     assert all(task.grade(p.solution, p) == 1.0 for p in long[:20])
 
 
-@needs_data("math500_test.jsonl")
 def test_math500_known_row_and_reference_solutions():
     task = Math500Task()
     assert task.splits == ("test",)

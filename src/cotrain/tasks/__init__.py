@@ -6,7 +6,7 @@
     code_jsonl        code problems from a user's JSONL file (MBPP-style), graded the same way (tasks/code.py)
     codeworld         the tiny code world: one-line list functions from a description (tasks/codeworld.py)
     wordproblems      generated GSM8K-style word problems of 1-3 steps, for real models (tasks/wordproblems.py)
-    gsm8k, math500    the data files of shared/data (tasks/mathdata.py)
+    gsm8k, math500    GSM8K and MATH-500, shipped in the package or a `datasets` id (tasks/mathdata.py)
     jsonl             any JSONL file of question/answer rows (tasks/mathdata.py)
     rg:<generator>    a reasoning-gym generator, e.g. rg:leg_counting (tasks/rg.py)
 """

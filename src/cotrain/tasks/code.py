@@ -1,7 +1,8 @@
 """Code tasks: a completion is a program, graded by running its tests in the sandbox (cotrain.sandbox).
 
-    humaneval   ../shared/data/humaneval.jsonl.gz (164 problems, the single split `test`): the prompt is
-                a function's signature and docstring, the tests a `check(candidate)` of assertions.
+    humaneval   HumanEval's 164 problems (the single split `test`), shipped in the package
+                (cotrain/data/humaneval.jsonl.gz): the prompt is a function's signature and docstring,
+                the tests a `check(candidate)` of assertions.
     code_jsonl  a JSONL file a user brings (MBPP, CodeContests-style function tasks), its fields mapped
                 by options: prompt, tests (a `check(candidate)` or a list of assertions), entry point
                 (or the function the tests call), reference solution.
@@ -26,7 +27,7 @@ from pathlib import Path
 from cotrain import sandbox
 from cotrain.errors import UserError
 from cotrain.tasks.base import Problem, labelled
-from cotrain.tasks.mathdata import _field, _FileTask, default_data_dir
+from cotrain.tasks.mathdata import _field, _FileTask, data_file, default_data_dir, split_file
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -149,7 +150,8 @@ class HumanEvalTask(_UnitTests, _FileTask):
     "task_id", "line"}. `extract_answer` returns the program a completion stands for.
 
     Args:
-        data_dir: directory of humaneval.jsonl.gz (default: `default_data_dir()`).
+        data_dir: directory of humaneval.jsonl.gz, or of a plain humaneval.jsonl (default:
+            `default_data_dir()`).
         wall_s: the sandbox's wall-clock limit per program (seconds).
     """
 
@@ -158,7 +160,7 @@ class HumanEvalTask(_UnitTests, _FileTask):
     def __init__(self, data_dir: str | Path | None = None, wall_s: float = 10.0):
         super().__init__()
         root = Path(data_dir) if data_dir is not None else default_data_dir()
-        self._files = {"test": root / "humaneval.jsonl.gz"}
+        self._files = {"test": data_file(root, "humaneval.jsonl.gz")}
         self.limits = sandbox.Limits(wall_s=float(wall_s))
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
@@ -226,7 +228,9 @@ class CodeJsonlTask(HumanEvalTask):
 
     Args:
         path: shorthand for splits={"train": path}.
-        splits: split name -> file, e.g. {"train": "mbpp_train.jsonl", "test": "mbpp_test.jsonl"}.
+        splits: split name -> file, e.g. {"train": "mbpp_train.jsonl", "test": "mbpp_test.jsonl"}; a file may
+            be gzipped, and `data:humaneval.jsonl.gz` is the copy of HumanEval in the data directory
+            (`mathdata.split_file`).
         prompt_field: the row field holding the prompt, or a template over fields ("{text}\\n{test_list}").
         tests_field: the row field holding the tests: text defining `check(candidate)` (HumanEval), or a
             list of assertions or text of assertion lines (MBPP's `test_list`).
@@ -256,7 +260,7 @@ class CodeJsonlTask(HumanEvalTask):
             raise UserError(f"{name}: task.prompt_is_code must be true or false, got {prompt_is_code!r}")
         if not isinstance(wall_s, (int, float)) or isinstance(wall_s, bool) or not 0 < wall_s <= 600:
             raise UserError(f"{name}: task.wall_s must be a number of seconds in (0, 600], got {wall_s!r}")
-        self._files = {str(split): Path(file) for split, file in files.items()}
+        self._files = {str(split): split_file(file) for split, file in files.items()}
         self.fields = {"prompt": prompt_field, "tests": tests_field, "entry": entry_point_field,
                        "solution": solution_field}
         self.prompt_is_code = prompt_is_code

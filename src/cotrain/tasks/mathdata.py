@@ -1,6 +1,8 @@
 """Math word problems from files: GSM8K, MATH-500, and any JSONL file of question/answer rows.
 
-The files live in a data directory (see `default_data_dir`); they are read on the first
+GSM8K and MATH-500 are shipped inside the package, gzipped (src/cotrain/data, its README gives their
+source, license and checksums); a data directory of one's own takes precedence (`default_data_dir`),
+and a `datasets` id (`task.dataset`, cotrain.hub.HubDataset) replaces the files. They are read on the first
 `problems()` call, so a task that only grades needs no file. `problems(split, n, seed)` shuffles the
 split's rows with random.Random(seed) and takes the first n: deterministic, and a shorter list is a
 prefix of a longer one with the same seed.
@@ -18,10 +20,13 @@ import random
 import re
 import string
 import sys
+import zlib
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 from cotrain.errors import UserError
+from cotrain.hub import HubDataset
 from cotrain.tasks.base import Problem, labelled
 from cotrain.tasks.grading import math_equal
 
@@ -165,23 +170,52 @@ def _clean_number(text: str) -> str:
 # ----------------------------------------------------------------------------- data files
 
 
+def shipped_data_dir() -> Path:
+    """The data files shipped inside the package (`cotrain/data`: GSM8K, MATH-500, HumanEval, gzipped),
+    wherever the package is installed."""
+    return Path(str(resources.files("cotrain") / "data"))
+
+
 def default_data_dir() -> Path:
     """Where the data files are looked for when a task is given no `data_dir`.
 
     Returns:
-        $COTRAIN_DATA_DIR when set; else ../shared/data from the current directory when it exists;
-        else ../shared/data from the repository root (two levels above the package directory).
+        $COTRAIN_DATA_DIR when set (one's own copies); else the copies shipped with the package
+        (`shipped_data_dir`).
     """
     if os.environ.get("COTRAIN_DATA_DIR"):
         return Path(os.environ["COTRAIN_DATA_DIR"])
-    from_cwd = Path.cwd().parent / "shared" / "data"
-    if from_cwd.is_dir():
-        return from_cwd
-    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+    return shipped_data_dir()
+
+
+def data_file(root: str | Path, name: str) -> Path:
+    """The file `name` of the data directory `root`, plain or gzipped: `root/name` when it exists, else its
+    twin with `.gz` added or removed when that exists, else `root/name` (whose absence the reader reports).
+
+    Args:
+        root: a data directory, e.g. `default_data_dir()`.
+        name: e.g. "gsm8k_test.jsonl" (found as gsm8k_test.jsonl.gz too).
+    """
+    path = Path(root) / name
+    twin = path.with_suffix("") if path.suffix == ".gz" else path.with_name(path.name + ".gz")
+    return twin if not path.is_file() and twin.is_file() else path
+
+
+DATA_PREFIX = "data:"
+"""A split's file written `data:NAME` is NAME in the data directory (`data:humaneval.jsonl.gz`)."""
+
+
+def split_file(file: str | Path) -> Path:
+    """A split's file as a config names it: `data:NAME` is `data_file(default_data_dir(), NAME)`, any
+    other path is taken as written."""
+    text = str(file)
+    if text.startswith(DATA_PREFIX):
+        return data_file(default_data_dir(), text[len(DATA_PREFIX):])
+    return Path(file)
 
 
 def read_jsonl(path: Path, task: str, hint: str = "set task.data_dir or COTRAIN_DATA_DIR") -> list[dict]:
-    """The rows of a JSONL file (blank lines skipped).
+    """The rows of a JSONL file, plain or gzipped (told by its first two bytes), blank lines skipped.
 
     Args:
         path: the file.
@@ -198,16 +232,19 @@ def read_jsonl(path: Path, task: str, hint: str = "set task.data_dir or COTRAIN_
         rows = _read_rows(path, task, rows)
         FILES_READ[str(path.resolve())] = hashlib.sha256(path.read_bytes()).hexdigest()
         return rows
-    except (OSError, EOFError) as error:  # a broken .gz
+    except (OSError, EOFError, zlib.error) as error:  # a broken .gz
         raise UserError(f"{task}: {path}: cannot be read ({error})") from None
 
 
 FILES_READ: dict[str, str] = {}
-"""Every data file this process has read: resolved path -> SHA-256 of its bytes (a run records them)."""
+"""Every data file this process has read: resolved path -> SHA-256 of its bytes, and every `datasets`
+split: "<dataset>[<config>]:<split>" -> SHA-256 of its rows as JSON lines (a run records them)."""
 
 
 def _read_rows(path: Path, task: str, rows: list[dict]) -> list[dict]:
-    with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as f:
+    with path.open("rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"  # gzip's magic number: a .jsonl.gz, whatever the file is called
+    with (gzip.open(path, "rb") if gzipped else path.open("rb")) as f:
         for line_number, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a leading BOM is fine
@@ -237,11 +274,15 @@ def take_shuffled(items: list, n: int | None, seed: int) -> list:
 
 
 class _FileTask:
-    """Shared loading of a file-backed task: subclasses set name and _files and define _to_problem."""
+    """Shared loading of a file-backed task: subclasses set name and _files and define _to_problem.
+    A subclass that reads some splits from a `datasets` data set sets `_dataset` (cotrain.hub.HubDataset)
+    and lists those splits in `_dataset_splits`."""
 
     name: str
     _files: dict[str, Path]
     _hint = "set task.data_dir or COTRAIN_DATA_DIR"  # how to point the task at another file
+    _dataset = None
+    _dataset_splits: tuple[str, ...] = ()
 
     def __init__(self):
         self._cache: dict[str, list[Problem]] = {}
@@ -260,7 +301,11 @@ class _FileTask:
 
     def _load(self, split: str) -> list[Problem]:
         path = self._files[split]
-        return [self._to_problem(row, path) for row in read_jsonl(path, self.name, self._hint)]
+        if split in self._dataset_splits:
+            rows = self._dataset.rows(split, record=FILES_READ)
+        else:
+            rows = read_jsonl(path, self.name, self._hint)
+        return [self._to_problem(row, path) for row in rows]
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
         raise NotImplementedError
@@ -333,13 +378,14 @@ def normalise_answer(answer: str, how: str) -> str | None:
 
 
 class Gsm8kTask(_FileTask):
-    """GSM8K: splits `train` and `test` (gsm8k_train.jsonl, gsm8k_test.jsonl), and optionally an
+    """GSM8K: splits `train` and `test` (gsm8k_train.jsonl, gsm8k_test.jsonl, shipped gzipped in the
+    package), or those of a `datasets` data set (`dataset: openai/gsm8k`), and optionally an
     out-of-distribution split `ood` from another data set, so that one run trains on GSM8K and is
     evaluated on both (`eval.splits: [test, ood]`).
 
     steps: the reference answer's lines before `####` with the `<<calc>>` annotations removed;
     solution: the steps and a final line `#### N`; answer: N without thousands separators;
-    meta: {"line": line number in the file}.
+    meta: {"line": line number in the file, or the row's number in a `datasets` split}.
 
     With `ood="math500"` the `ood` split holds the 500 MATH-500 problems (math500_test.jsonl) exactly
     as `Math500Task` reads them, with meta["source"] = "math500", and `grade` grades them as
@@ -348,22 +394,34 @@ class Gsm8kTask(_FileTask):
     also takes a LaTeX answer after `####`.
 
     Args:
-        data_dir: directory of the files (default: `default_data_dir()`).
-        ood: "math500" for the `ood` split, or None (no `ood` split).
+        data_dir: directory of the files, plain or gzipped (default: `default_data_dir()`).
+        ood: "math500" for the `ood` split, or None (no `ood` split). It is read from the data directory
+            even when `dataset` is set.
+        dataset: a `datasets` id or local directory whose `train` and `test` splits replace the files
+            (`openai/gsm8k`; cotrain.hub.HubDataset), or None. Needs `pip install 'cotrain[datasets]'`.
+        dataset_config: the data set's configuration (default: `main` for openai/gsm8k, which also has
+            `socratic`; else none).
     """
 
     name = "gsm8k"
     OOD_SOURCES = ("math500",)
+    HUB_CONFIGS = {"openai/gsm8k": "main"}
+    """The configuration read from a hub id that has several, when `dataset_config` names none."""
 
-    def __init__(self, data_dir: str | Path | None = None, ood: str | None = None):
+    def __init__(self, data_dir: str | Path | None = None, ood: str | None = None, dataset: str | None = None,
+                 dataset_config: str | None = None):
         super().__init__()
         root = Path(data_dir) if data_dir is not None else default_data_dir()
-        self._files = {"train": root / "gsm8k_train.jsonl", "test": root / "gsm8k_test.jsonl"}
+        self._files = {"train": data_file(root, "gsm8k_train.jsonl"), "test": data_file(root, "gsm8k_test.jsonl")}
+        if dataset is not None:
+            self._dataset = HubDataset(dataset, dataset_config or self.HUB_CONFIGS.get(dataset), self.name)
+            self._dataset_splits = ("train", "test")
+            self._files = {split: Path(dataset) for split in self._files}
         if ood is not None:
             if ood not in self.OOD_SOURCES:
                 raise UserError(f"{self.name}: task.ood must be one of {', '.join(self.OOD_SOURCES)} or null "
                                 f"(got {ood!r})")
-            self._files["ood"] = root / "math500_test.jsonl"
+            self._files["ood"] = data_file(root, "math500_test.jsonl")
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
         if path == self._files.get("ood"):
@@ -393,21 +451,30 @@ class Gsm8kTask(_FileTask):
 
 
 class Math500Task(_FileTask):
-    """MATH-500: the single split `test` (math500_test.jsonl).
+    """MATH-500: the single split `test` (math500_test.jsonl, shipped gzipped in the package), or that of
+    a `datasets` data set (`dataset: HuggingFaceH4/MATH-500`).
 
     answer: the row's `answer`; solution: the row's `solution` (ends in a `\\boxed{}` answer); steps:
     none; meta: {"subject", "level", "unique_id" when present, "line"}.
 
     Args:
-        data_dir: directory of the file (default: `default_data_dir()`).
+        data_dir: directory of the file, plain or gzipped (default: `default_data_dir()`).
+        dataset: a `datasets` id or local directory whose `test` split replaces the file
+            (`HuggingFaceH4/MATH-500`; cotrain.hub.HubDataset), or None. Needs `pip install 'cotrain[datasets]'`.
+        dataset_config: the data set's configuration, if it has several.
     """
 
     name = "math500"
 
-    def __init__(self, data_dir: str | Path | None = None):
+    def __init__(self, data_dir: str | Path | None = None, dataset: str | None = None,
+                 dataset_config: str | None = None):
         super().__init__()
         root = Path(data_dir) if data_dir is not None else default_data_dir()
-        self._files = {"test": root / "math500_test.jsonl"}
+        self._files = {"test": data_file(root, "math500_test.jsonl")}
+        if dataset is not None:
+            self._dataset = HubDataset(dataset, dataset_config, self.name)
+            self._dataset_splits = ("test",)
+            self._files = {"test": Path(dataset)}
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
         return _math500_problem(row, path, self.name)
@@ -429,9 +496,10 @@ class JsonlTask(_FileTask):
 
     Args:
         path: shorthand for splits={"train": path}.
-        splits: split name -> file, e.g. {"train": "a.jsonl", "test": "b.jsonl"}; a split's value may
+        splits: split name -> file, e.g. {"train": "a.jsonl", "test": "b.jsonl.gz"}; a split's value may
             also be a mapping with its own `path` and any of the field options below, which then apply
             to that split's file alone. A file given only as `test` is an evaluation set (no training).
+            A file may be gzipped; `data:NAME` is NAME in the data directory (`split_file`).
         question_field: the row field holding the question, or a template over fields for a question
             split over several (`"{body} {question}"`).
         answer_field: the row field holding the ground-truth answer (or a template).
@@ -486,7 +554,7 @@ class JsonlTask(_FileTask):
                 raise UserError(f"{name}: task.splits.{split}: expected a file path, got {type(file).__name__}")
             check_normalise(mapping["answer_normalise"], f"{name}: task.splits.{split}.answer_normalise"
                             if isinstance(files.get(split), dict) else f"{name}: task.answer_normalise")
-            self._files[split] = Path(file)
+            self._files[split] = split_file(file)
             self._mappings[split] = mapping
         first = next(iter(self._mappings.values()))
         self.question_field, self.answer_field = first["question_field"], first["answer_field"]
