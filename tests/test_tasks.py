@@ -305,6 +305,11 @@ def test_extract_math_answer(text, expected):
     ("12\\text{ cm}", "12\\text{ m}", False),  # another unit
     ("12\\mbox{ inch}^2", "12\\mbox{ inches}^2", True),  # singular and plural alike
     ("13\\text{ cm}", "12\\text{ cm}", False),  # the same unit: math-verify compares the numbers
+    # words are compared as text, not as math-verify's products of letters (c*l*a*r*a)
+    ("Clara1", "Clara", False),  # a digit after the name
+    ("Carla", "Clara", False),  # the same letters in another order
+    ("\\text{Clara}", "clara", True),  # \text{} and case aside
+    ("infinity", "\\infty", True),  # against a LaTeX constant, math-verify still decides
 ])
 def test_math_equal(pred, gold, equal):
     assert math_equal(pred, gold) is equal
@@ -563,6 +568,50 @@ def test_a_run_records_the_hash_of_every_data_file_it_read(tmp_path):
     record_data_files(tmp_path / "run0")
     files = json.loads((tmp_path / "run0" / "data.json").read_text())["files"]
     assert files[str(path.resolve())] == [hashlib.sha256(path.read_bytes()).hexdigest()]
+
+
+def text_graders(gold: str) -> dict:
+    """The tasks that compare text answers, each with a problem whose gold answer is `gold`."""
+    problem = Problem("q", gold)
+    return {"math500": (Math500Task(data_dir="/nowhere"), problem),
+            "gsm8k ood": (Gsm8kTask(data_dir="/nowhere", ood="math500"), Problem("q", gold, meta={"source": "math500"})),
+            "jsonl": (JsonlTask(path="unused.jsonl"), problem)}
+
+
+@pytest.mark.parametrize("completion, gold, right", [
+    ("The answer is Clara.", "Clara", True),                   # the name
+    ("The answer is Clara1.", "Clara", False),                 # a digit after it: another answer
+    ("\\boxed{Clara1}", "Clara", False),                       # the same in a box
+    ("\\boxed{1Clara}", "Clara", False),                       # a digit before it
+    ("\\boxed{Clara_1}", "Clara", False),                      # a subscript
+    ("\\boxed{Clara\\,1}", "Clara", False),                    # a digit behind LaTeX spacing
+    ("\\boxed{Carla}", "Clara", False),                        # an anagram: the same product of letters
+    ("\\boxed{Clara Jones}", "Clara", False),                  # more words
+    ("\\boxed{Clar}", "Clara", False),                         # fewer letters
+    ("\\boxed{x+1}", "Clara", False),                          # an expression against a name
+    ("The answer is clara", "Clara", True),                    # case aside
+    ("The answer is **Clara**!", "Clara", True),               # surrounding punctuation aside
+    ("\\boxed{\\text{Clara}}", "Clara", True),                   # \text{} aside
+    ("\\boxed{Evelyn}", "\\text{Evelyn}", True),                # a MATH-500 gold answer in \text{}
+    ("\\boxed{\\text{Evelyn}2}", "\\text{Evelyn}", False),        # a digit after the \text{}
+    ("\\boxed{\\textbf{East}}", "\\text{east}", True),            # bold, capitalised
+    ("\\boxed{\\text{east}, 1}", "\\text{east}", False),          # more after a comma
+    ("\\boxed{west}", "\\text{east}", False),                   # another word
+    ("\\boxed{odd}", "\\text{even}", False),                    # the other parity
+    ("\\boxed{\\infty}", "infinity", True),                     # a LaTeX constant: math-verify decides
+    ("\\boxed{12}", "Clara", False),                           # a number against a name
+    ("\\boxed{Clara}", "12", False),                           # a name against a number
+    ("\\boxed{\\frac{1}{2}}", "0.5", True),                     # numbers and LaTeX as before: math-verify
+    ("\\boxed{2x+1}", "1+2x", True),                          # an expression, reordered
+    ("\\boxed{5.4\\text{ cents}}", "5.4 \\text{ cents}", True),   # a unit is no word answer
+])
+def test_text_answers_are_graded_exactly(completion, gold, right):
+    """A text gold answer is right only for the same words (case, surrounding punctuation, \\text{} aside),
+    in every task that compares text; numbers and expressions keep math-verify's equivalence."""
+    graded = {name: task.grade(completion, problem) for name, (task, problem) in text_graders(gold).items()}
+    assert graded == {name: float(right) for name in graded}
+    math500 = Math500Task(data_dir="/nowhere")
+    assert math500.answers_equal(math500.extract_answer(completion), gold) is right  # majority votes alike
 
 
 # Each form a model writes its final answer in, read by each word-problem task: (completion, gsm8k, math500, jsonl).

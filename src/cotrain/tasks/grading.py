@@ -65,8 +65,8 @@ def math_equal(pred: str, gold: str, timeout: float = 5.0) -> bool:
     """Whether the answer `pred` equals the ground truth `gold`; no pair of strings makes it raise.
 
     The same text (up to runs of spaces) is equal, plain numbers on both sides are compared exactly
-    without math-verify, answers longer than MAX_ANSWER_CHARS or nested deeper than MAX_ANSWER_DEPTH
-    are unequal; answers that `guard`
+    without math-verify, words (`text_answer`: a name, a direction) are compared as text, answers longer
+    than MAX_ANSWER_CHARS or nested deeper than MAX_ANSWER_DEPTH are unequal; answers that `guard`
     decides (where math-verify 0.9 is wrong) are decided there; anything else goes to math-verify
     (`parse` of each side wrapped in `\\boxed{}`, then `verify(gold, pred)`) in the worker process,
     bounded by `timeout` seconds.
@@ -90,6 +90,9 @@ def math_equal(pred: str, gold: str, timeout: float = 5.0) -> bool:
             return pred_value == gold_value
         if " ".join(pred.split()) == " ".join(gold.split()):
             return True  # the same text: equal whatever it means (and whether or not math-verify parses it)
+        words = words_equal(pred, gold)
+        if words is not None:
+            return words
         if len(pred) > MAX_ANSWER_CHARS or _depth(pred) > MAX_ANSWER_DEPTH:
             return False  # no final answer is this long or this deeply nested; math-verify would time out on it
         guarded = guard(pred, gold)
@@ -103,6 +106,55 @@ def math_equal(pred: str, gold: str, timeout: float = 5.0) -> bool:
         if isinstance(error, UserError):
             raise  # math-verify is missing: a setup problem, not a wrong answer
         return False
+
+
+# LaTeX that wraps text in an answer, dropped before text is compared: \text{east}, \textbf{Evelyn}, \mbox{even}.
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
+# Words alone: letters (any script), several words apart by spaces, commas, periods, hyphens, apostrophes or "&".
+_WORDS = re.compile(r"[^\W\d_]+(?:[\s,.'\u2019&-]+[^\W\d_]+)*")
+_TWO_LETTERS = re.compile(r"[^\W\d_]{2}")
+_LETTER = re.compile(r"[^\W\d_]")
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+_SURROUNDING = " \t\n.,;:!?$*\"'`"
+
+
+def normal_text(text: str) -> str:
+    """`text` as answers are compared as text: the `\\text{}`-like wrappers dropped, case folded, surrounding
+    spaces and punctuation stripped, inner runs of spaces made one (" \\text{East}. " -> "east")."""
+    for _ in range(4):  # \textbf{\text{x}}: the innermost wrapper first
+        unwrapped = _TEXT_WRAPPER.sub(lambda m: m.group(1), text)
+        if unwrapped == text:
+            break
+        text = unwrapped
+    return " ".join(text.casefold().strip(_SURROUNDING).split())
+
+
+def text_answer(text: str) -> str | None:
+    """The words of an answer written as text, normalised (`normal_text`), or None when it is not words
+    alone. Words are letters, two or more in a row somewhere ("Clara", "north east", "even"), with no
+    digit, operator, bracket or LaTeX other than a text wrapper: "Clara1", "x", "2x" and "\\pi" are no
+    words. (So "xy" counts as a word, not as a product of two variables.)"""
+    words = normal_text(text)
+    return words if _WORDS.fullmatch(words) and _TWO_LETTERS.search(words) else None
+
+
+def words_equal(pred: str, gold: str) -> bool | None:
+    """Whether two answers are equal when one of them is words (`text_answer`), else None (not decided).
+
+    Words equal only the same words (case, surrounding punctuation and `\\text{}` aside): math-verify
+    reads "Clara" as the product c*l*a*r*a, so that "Clara1" and "Carla" would equal it. Against an
+    answer that is not words, words are unequal unless that answer's letters all belong to LaTeX commands
+    ("\\infty", "\\sqrt{2}"): that pair math-verify decides ("infinity" and "\\infty" are equal).
+    """
+    pred_words, gold_words = text_answer(pred), text_answer(gold)
+    if pred_words is None and gold_words is None:
+        return None
+    if pred_words is not None and gold_words is not None:
+        return pred_words == gold_words
+    other = pred if pred_words is None else gold
+    if _LETTER.search(_LATEX_COMMAND.sub("", other)):
+        return False  # letters of its own: "Clara1", "1Clara", "x+1" against a word
+    return None
 
 
 MAX_ANSWER_CHARS = 2000

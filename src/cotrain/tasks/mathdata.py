@@ -8,7 +8,8 @@ split's rows with random.Random(seed) and takes the first n: deterministic, and 
 prefix of a longer one with the same seed.
 
 Grading extracts the completion's final answer (per task, below) and compares it with
-`grading.math_equal`: exact for plain numbers, math-verify for anything else.
+`grading.math_equal`: exact for plain numbers, as text for words (a name: "Clara1" is not "Clara"),
+math-verify for anything else.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pathlib import Path
 from cotrain.errors import UserError
 from cotrain.hub import HubDataset
 from cotrain.tasks.base import Problem, labelled
-from cotrain.tasks.grading import math_equal
+from cotrain.tasks.grading import math_equal, normal_text
 
 # A number, with thousands separators; the minus counts only where it cannot be a subtraction ("12-5" ends in 5).
 _NUMBER = re.compile(r"(?:(?<![\w)\].])-)?[0-9][0-9,]*(?:\.[0-9]+)?")
@@ -151,11 +152,9 @@ def extract_word_answer(completion: str) -> str | None:
 
 
 def same_text(a: str, b: str) -> bool:
-    """Two answers equal as text: case, surrounding spaces and punctuation, and inner runs of spaces
-    ignored ("11:45 p.m." and "11:45 P.M"; a name)."""
-    def normal(s: str) -> str:
-        return " ".join(s.casefold().strip().strip(".,;:!?$ ").split())
-    return isinstance(a, str) and isinstance(b, str) and bool(normal(a)) and normal(a) == normal(b)
+    """Two answers equal as text (`grading.normal_text`): case, `\\text{}`, surrounding spaces and
+    punctuation, and inner runs of spaces ignored ("11:45 p.m." and "11:45 P.M"; a name)."""
+    return isinstance(a, str) and isinstance(b, str) and bool(normal_text(a)) and normal_text(a) == normal_text(b)
 
 
 def _answer_line(line: str) -> str | None:
@@ -626,10 +625,14 @@ class JsonlTask(_FileTask):
         or `The answer is`, units dropped), else the last number."""
         return extract_word_answer(completion) or last_number(completion)
 
+    def answers_equal(self, a: str, b: str) -> bool:
+        """Two extracted answers equal as `grade` compares them: as text or mathematically."""
+        return same_text(a, b) or math_equal(a, b)
+
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the extracted answer equals the problem's, as text (`same_text`: times, names) or
-        mathematically (`math_equal`), else 0.0. Never raises, except LabelLeak on a blinded problem."""
+        mathematically (`math_equal`, which compares words as text too), else 0.0. Never raises, except
+        LabelLeak on a blinded problem."""
         labelled(problem)
         predicted = self.extract_answer(completion)
-        return float(predicted is not None and (same_text(predicted, problem.answer)
-                                                or math_equal(predicted, problem.answer)))
+        return float(predicted is not None and self.answers_equal(predicted, problem.answer))
