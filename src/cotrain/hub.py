@@ -39,7 +39,7 @@ def require_hub(repo_id: str, timeout: float = HUB_TIMEOUT) -> None:
     if why is None:
         return
     raise UserError(f"model '{repo_id}' is not a local directory nor in the Hugging Face cache, and {why}: "
-                    f"download it where there is a network (huggingface-cli download {repo_id} --local-dir DIR) "
+                    f"download it where there is a network (hf download {repo_id} --local-dir DIR) "
                     "and set model.path=DIR")
 
 
