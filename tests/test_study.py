@@ -75,6 +75,7 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| tango"))
     assert "+7.0 [+4.5, +9.5] (n=3)" in row and "+1.0 [-1.5, +3.5] (n=3)" in row
     assert "| 10 |" in row and "6.50e+10 (5.0e+09)" in row and "AMD EPYC (AVX512)" in row
+    assert "| – |" in row  # no grpo_long arm: no equal-compute reading
     assert "tango, **minimum** (paired test lower bound >= -2): holds" in text
     assert "tango, **good** (paired test mean >= +5 and lower bound > 0): holds" in text
     assert "tango, **great** (paired ood lower bound > 0): does not hold" in text
@@ -101,3 +102,20 @@ def test_world_table_marks_each_goal_missed(tmp_path, capsys):
     assert lines[2] == "| a_good | 0.600 | 900 | 0.800 | 0.750 | 0.930 | 903 | 150 | 0.850 (target) | yes |"
     assert lines[3] == "| b_bad | 0.600 | 900 | 0.100 ✗ | 0.750 | 0.930 | 953 | 80 ✗ | 0.750 (operand) ✗ | no |"
     assert (tmp_path / "table.md").is_file()
+
+
+def test_at_flops_and_the_equal_compute_column(tmp_path):
+    """grpo_long evaluated at 0, 10, 20 steps of 4e9 FLOPs each: at 0, 4e10, 8e10 FLOPs, accuracy 0.1, 0.35,
+    0.5. Tango's final FLOPs 6.5e10 (5e9 of warm-up): grpo_long at 6.5e10 -> its 4e10 point, 0.35; at
+    6.0e10 without the warm-up, 0.35 too."""
+    from cotrain.analysis.study import at_flops
+
+    assert at_flops([0, 4e10, 8e10], [0.1, 0.35, 0.5], 6.5e10) == 0.35
+    assert at_flops([0, 4e10, 8e10], [0.1, 0.35, 0.5], 9e10) is None      # past the curve's end
+    assert at_flops([1e10, 4e10], [0.1, 0.35], 5e9) is None                # before its first point
+    study = tmp_path / "study"
+    _fake_run(study / "grpo" / "seed0", 0.4, 0.1, [0.1, 0.2, 0.3])
+    _fake_run(study / "grpo_long" / "seed0", 0.5, 0.1, [0.1, 0.35, 0.5], 4e9)
+    _fake_run(study / "tango" / "seed0", 0.45, 0.1, [0.1, 0.3, 0.4], 3e9, warmup=5e9)
+    row = next(line for line in build_study(study).splitlines() if line.startswith("| tango"))
+    assert "| 0.350 (0.350) |" in row

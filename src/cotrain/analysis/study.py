@@ -3,7 +3,8 @@
 Layout read: `<study>/<arm>/seed<S>/{eval.json, metrics.jsonl.gz, env.json}`; the arm named `grpo` is the
 baseline every other arm is paired with, seed by seed (cotrain.stats); an arm named `labelfree` is the
 label-free arm of the plan's "excellent" criterion, whose gain is read against the start's greedy pass@1
-(`<study>/starts/sft/eval.json`, the same problems as the arms' final evaluation).
+(`<study>/starts/sft/eval.json`, the same problems as the arms' final evaluation); an arm named
+`grpo_long` is GRPO run on past the others' steps, read at each arm's FLOPs (equal compute).
 
     cotrain study results/<study>        prints the table, writes <study>/table.md and <study>/curves.png
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from cotrain.errors import UserError
 from cotrain.stats import POINTS, mean_ci95, paired_difference, plan_criteria
 
-BASELINE, LABELFREE, CURVE = "grpo", "labelfree", "eval/test/pass@1"
+BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
 
 
 @dataclass
@@ -95,6 +96,15 @@ def mean_curve(runs: dict[int, Run]) -> tuple[list[int], list[float], list[float
     return common, acc, half, flops
 
 
+def at_flops(flops: list[float], acc: list[float], budget: float) -> float | None:
+    """The accuracy of the last evaluation whose cumulative FLOPs are within `budget`, or None when the
+    curve ends before the budget (it would have to run on) or starts after it."""
+    if not flops or flops[-1] < budget:
+        return None
+    within = [a for f, a in zip(flops, acc) if f <= budget]
+    return within[-1] if within else None
+
+
 def _cell(values: list[float]) -> str:
     m, h = mean_ci95(values)
     return "–" if math.isnan(m) else (f"{m:.3f}" if math.isnan(h) else f"{m:.3f} ± {h:.3f}")
@@ -106,8 +116,10 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     reach the baseline's final in-training accuracy, its FLOPs; then the plan's criteria per arm."""
     base = arms.get(BASELINE)
     target = mean_curve(base)[1][-1] if base and all(r.steps for r in base.values()) else None
+    long = mean_curve(arms[LONG]) if LONG in arms and all(r.steps for r in arms[LONG].values()) else None
     lines = ["| arm | seeds | test pass@1 | ood pass@1 | paired vs grpo, test (points) | paired vs grpo, ood | "
-             "steps to grpo's final | FLOPs (warm-up) | CPU |", "|---|---|---|---|---|---|---|---|---|"]
+             "steps to grpo's final | FLOPs (warm-up) | grpo at these FLOPs (without the warm-up) | CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     criteria = []
     for arm, runs in arms.items():
         test = {s: r.final("test") for s, r in runs.items() if r.final("test") is not None}
@@ -128,9 +140,14 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         flops = sum(r.flops[-1] if r.flops else 0.0 for r in runs.values()) / len(runs)
         warm = sum(r.warmup_flops for r in runs.values()) / len(runs)
         cpus = ", ".join(sorted({r.cpu for r in runs.values()}))
+        equal = "–"
+        if long is not None and arm not in (BASELINE, LONG):
+            # the generator's share alone: GRPO's curve is shifted by no warm-up
+            shown = [at_flops(long[3], long[1], budget) for budget in (flops, flops - warm)]
+            equal = " (".join("past its end" if x is None else f"{x:.3f}" for x in shown) + ")"
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
                      f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
-                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {cpus} |")
+                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {cpus} |")
         if d_test is not None and arm != LABELFREE:
             gain = vs = None
             if LABELFREE in arms and start is not None:
