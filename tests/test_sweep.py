@@ -106,7 +106,7 @@ def test_a_2x2_grid_with_2_seeds(tmp_path, capsys):
 
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run", "eval.n=5"]) == 0
     printed = capsys.readouterr().out
-    assert "4 cells x 2 seeds, plus prepare" in printed and printed.count(" new ") == 9
+    assert "4 cells x 2 seeds, 9 runs, plus prepare" in printed and printed.count(" new ") == 9
     assert not (tmp_path / "out").exists()
 
 

@@ -333,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cotrain: interrupted (resume with --resume)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output went away (`cotrain ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as err:  # not a user's mistake: keep the traceback, and say that it is a bug
         traceback.print_exc()
         print(f"cotrain: internal error: {type(err).__name__}: {err} -- a bug in cotrain, not in your input; "

@@ -405,7 +405,9 @@ def _execute(runs: list[Run], first: int, total: int, jobs: int, env: dict) -> l
 
 def _print_plan(sweep: Sweep, runs: list[Run], out_dir: Path) -> None:
     extra = ", plus prepare" if sweep.prepare is not None else ""
-    print(f"sweep {sweep.path}: {len(sweep.cells)} cells x {len(sweep.seeds)} seeds{extra} -> {out_dir}")
+    seeds = {len(c.configs) for c in sweep.cells}
+    shape = f"{len(sweep.cells)} cells x {seeds.pop()} seeds" if len(seeds) == 1 else f"{len(sweep.cells)} arms"
+    print(f"sweep {sweep.path}: {shape}, {len(runs)} runs{extra} -> {out_dir}")
     width = max(len(r.label) for r in runs)
     for number, run in enumerate(runs, 1):
         print(f"  [{number}/{len(runs)}] {run.label:<{width}}  {run.status:<8}  {run.run_dir}")
