@@ -253,3 +253,20 @@ if __name__ == "__main__":
                       if isinstance(n, ast.FunctionDef))
         print(f"recipes/{path.name:<18} {len(path.read_text().splitlines()):>4} lines, longest function "
               f"{longest[1]} {longest[0]}")
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    """A page moved or renamed leaves no dead link behind in README.md, docs/, results/ or configs/."""
+    import re
+
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "results").rglob("*.md")),
+             *sorted((REPO / "configs").rglob("*.md")), REPO / "bench" / "README.md"]
+    dead = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            path = target.split("#", 1)[0]
+            if not path or re.match(r"[a-z]+:", path):
+                continue  # an anchor on the same page, or a URL
+            if not (page.parent / path).exists():
+                dead.append(f"{page.relative_to(REPO)}: {target}")
+    assert not dead, "dead links:\n" + "\n".join(dead)
