@@ -117,5 +117,7 @@ def test_at_flops_and_the_equal_compute_column(tmp_path):
     _fake_run(study / "grpo" / "seed0", 0.4, 0.1, [0.1, 0.2, 0.3])
     _fake_run(study / "grpo_long" / "seed0", 0.5, 0.1, [0.1, 0.35, 0.5], 4e9)
     _fake_run(study / "tango" / "seed0", 0.45, 0.1, [0.1, 0.3, 0.4], 3e9, warmup=5e9)
-    row = next(line for line in build_study(study).splitlines() if line.startswith("| tango"))
+    text = build_study(study)
+    row = next(line for line in text.splitlines() if line.startswith("| tango"))
     assert "| 0.350 (0.350) |" in row
+    assert "tango, **minimum**" in text and "grpo_long, **" not in text  # GRPO run on is no co-training arm

@@ -15,6 +15,7 @@ leaves no global state behind (style settings live in an `rc_context`).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import math
@@ -91,7 +92,8 @@ class _Run:
 
 
 def load_metrics(run_dir: Path) -> list[dict]:
-    """Read `run_dir/metrics.jsonl`, skipping every line that is not a JSON object.
+    """Read `run_dir/metrics.jsonl` (or the gzipped `metrics.jsonl.gz` of a run kept under `results/`),
+    skipping every line that is not a JSON object.
 
     A run killed mid-write leaves a truncated last line; a crash can leave junk in the middle. Both are
     dropped rather than failing the whole read. Values are returned as written (None/NaN included).
@@ -103,12 +105,14 @@ def load_metrics(run_dir: Path) -> list[dict]:
         One dict per good line, in file order; [] when the file is missing or empty.
     """
     path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file() and path.with_suffix(".jsonl.gz").is_file():
+        path = path.with_suffix(".jsonl.gz")
     if not path.is_file():
         log.warning("no metrics.jsonl in %s", run_dir)
         return []
     rows, skipped = [], 0
     # errors="replace": a line cut inside a multi-byte character must not make the whole file unreadable.
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.strip():
                 continue

@@ -10,12 +10,12 @@ label-free arm of the plan's "excellent" criterion, whose gain is read against t
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cotrain.analysis.plot import load_metrics
 from cotrain.errors import UserError
 from cotrain.stats import POINTS, mean_ci95, paired_difference, plan_criteria
 
@@ -37,17 +37,10 @@ class Run:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
 
 
-def _rows(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def load_run(run_dir: Path) -> Run:
     run = Run(json.loads((run_dir / "eval.json").read_text(encoding="utf-8")))
-    metrics = next((p for p in (run_dir / "metrics.jsonl.gz", run_dir / "metrics.jsonl") if p.is_file()), None)
     flops = 0.0
-    for row in _rows(metrics) if metrics else []:
+    for row in load_metrics(run_dir):
         flops = row.get("flops/total", flops)
         if row.get("step") == 0:
             run.warmup_flops = flops
@@ -148,7 +141,7 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
                      f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
                      f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {cpus} |")
-        if d_test is not None and arm != LABELFREE:
+        if d_test is not None and arm not in (LABELFREE, LONG):  # the criteria compare co-training with grpo
             gain = vs = None
             if LABELFREE in arms and start is not None:
                 lf = {s: r.final("test") for s, r in arms[LABELFREE].items() if r.final("test") is not None}

@@ -535,9 +535,11 @@ def corrupt_solution(question: str, steps: tuple[str, ...] | list[str], k: int |
                     a, b = b, a
                 lie = rng.random() < 0.5
             c = APPLY[op](a, b)
-            fabricated = [o for o in ops if APPLY[o](*((a, b) if o != "-" or a >= b else (b, a))) != c]
-            if kind == "step" and waypoints is not None and fabricated and rng.random() < 0.5:
-                op = rng.choice(fabricated)       # the waypoint, stated as the result of an operation that misses it
+            # with waypoints, half the time: the waypoint stated as the result of an operation that misses it
+            missing = [o for o in ops if APPLY[o](*sorted((a, b), reverse=o == "-")) != c] \
+                if kind == "step" and waypoints is not None else []
+            if missing and rng.random() < 0.5:
+                op = rng.choice(missing)
                 if op == "-" and a < b:
                     a, b = b, a
             elif kind == "step":
