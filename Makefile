@@ -26,8 +26,9 @@ sandbox-tools:
 		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } || \
 		echo "cotrain: bubblewrap is missing; install it (sudo apt-get install bubblewrap) to sandbox untrusted code"
 
+# From the committed starts (results/sparse/starts/); FROM_SCRATCH=1 makes them first (SFT, the verifier's warm-up).
 demo: install
-	$(BIN)/cotrain demo $(ARGS)
+	$(BIN)/cotrain demo $(if $(FROM_SCRATCH),--from-scratch) $(ARGS)
 
 # Two workers on the two cores (pytest-xdist), each computing on one thread (tests/conftest.py); a worker
 # that runs out of tests takes some of the other's (worksteal: the long tests do not end up on one worker).

@@ -117,27 +117,75 @@ def test_eval_with_a_verifier_reports_the_gaps(sft_run, warm_verifier, tmp_path,
     assert "test: gap/verifier" in capsys.readouterr().err
 
 
-def test_demo_contract(tmp_path, capsys):
-    """`cotrain demo --out DIR` leaves DIR/sft, DIR/grpo and DIR/tango with their eval.json, GRPO and tango
-    both starting from SFT, and combined plots; a second call reuses finished stages."""
+# The demo's arms at a test's size: decoding steps cost most here, so completions are short
+DEMO_SMALL = ["train.steps=2", "train.batch_size=16", "train.n_problems=64", "grpo.group_size=4",
+              "grpo.max_new_tokens=16", "verifier.solutions=4", "verifier.max_new_tokens=40", "tango.eval_n=8",
+              "eval.n=8", "eval.k=2", "eval.n_sampled=4", "eval.every=2", "eval.n_during=8", "checkpoint.every=1",
+              "log.progress=false", "log.tensorboard=false"]
+
+
+def test_demo_contract(tmp_path, capsys, monkeypatch):
+    """`cotrain demo --out DIR` runs grpo and tango into DIR/grpo and DIR/tango, both from the committed
+    generator start and tango from the committed verifier, writes the demo's figure and prints one screen:
+    both arms' pass@1, tango's co-trained verifier on the final generator's samples, and the documented
+    multi-seed result read from the committed study; a second call reuses finished stages. Run from
+    elsewhere than the repository, it still finds the starts through the package's checkout."""
+    from cotrain.cli import demo_stages
+
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "demo"
-    small = ["model.preset=nano", "train.steps=4", "train.batch_size=16", "train.stop_at_acc=null",
-             "grpo.group_size=4", "grpo.max_new_tokens=8", "eval.n=8", "eval.k=0", "eval.every=2",
-             "eval.n_during=8", "checkpoint.every=2", "log.progress=false", "log.tensorboard=false",
-             "verifier.warmup_sft_steps=2", "verifier.warmup_samples=8", "verifier.solutions=4",
-             "verifier.max_new_tokens=8", "tango.eval_n=8"]
-    assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0
-    for stage in ("sft", "grpo", "tango"):
+    assert main(["demo", "--seed", "3", "--out", str(out), *DEMO_SMALL]) == 0
+    starts = demo_stages()["starts"]
+    for stage in ("grpo", "tango"):
         assert set(json.loads((out / stage / "eval.json").read_text())["generator"]) == {"test", "ood"}
-        assert yaml.safe_load((out / stage / "config.yaml").read_text())["seed"] == 3
-    assert yaml.safe_load((out / "grpo" / "config.yaml").read_text())["init"] == str(out / "sft")
-    assert yaml.safe_load((out / "tango" / "config.yaml").read_text())["init"] == str(out / "sft")  # beside grpo
-    assert (out / "curves.png").is_file() and (out / "eval.png").is_file() and (out / "cotrain.png").is_file()
-    assert (out / "demo.png").is_file()  # SFT, then the RL stages on their own axis
+        cfg = yaml.safe_load((out / stage / "config.yaml").read_text())
+        assert cfg["seed"] == 3 and cfg["init"] == str(REPO / starts["generator"])
+    assert yaml.safe_load((out / "tango" / "config.yaml").read_text())["verifier"]["init"] == str(REPO / starts["verifier"])
+    assert (out / "demo.png").is_file() and (out / "curves.png").is_file()
     printed = capsys.readouterr().out
-    assert "demo results" in printed
-    assert main(["demo", "--seed", "3", "--out", str(out), *small]) == 0
+    assert "demo results" in printed and "tango − grpo" in printed
+    assert "tango's verifier co-trained, greedy verdicts on 8 of the final generator's samples" in printed
+    assert "documented (results/sparse" in printed and "greedy pass@1 on test after 100 steps" in printed
+    assert main(["demo", "--seed", "3", "--out", str(out), *DEMO_SMALL]) == 0
     assert "already finished" in capsys.readouterr().out
+
+
+def test_demo_without_its_starts_says_how_to_make_them(tmp_path, monkeypatch, capsys):
+    """Where the committed starts cannot be found (an installed package, elsewhere), one line names them and
+    the option that makes them, exit code 2."""
+    from cotrain import cli
+
+    spec = cli.demo_stages()
+    spec["starts"] = {**spec["starts"], "generator": "no/such/start"}
+    monkeypatch.setattr(cli, "demo_stages", lambda: spec)
+    assert main(["demo", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no/such/start" in err[0] and "--from-scratch" in err[0]
+
+
+def test_demo_from_scratch_makes_its_starts(tmp_path, monkeypatch, capsys):
+    """`--from-scratch` runs SFT, then the verifier's warm-up (a tango run without generator steps), then
+    the arms from the checkpoints the spec names in that directory; the committed study is not quoted."""
+    from cotrain import cli
+
+    spec = cli.demo_stages()
+    prep = spec["prepare"]
+    prep["warm"]["init_from"] = prep["generator"] = "sft/checkpoints/step_1/generator"
+    prep["warm"]["verifier_from"] = "sft/checkpoints/step_2/generator"
+    small = {"eval": {"n": 8, "k": 2, "n_sampled": 4, "n_during": 8, "every": 2}, "log": {"progress": False},
+             "tango": {"eval_n": 8}}
+    prep["sft"].update(small, model={"preset": "nano"}, grpo={"max_new_tokens": 8}, checkpoint={"every": 1},
+                       train={"steps": 2, "batch_size": 8, "n_problems": 64})
+    prep["warm"].update(small, train={"steps": 0, "batch_size": 8, "n_problems": 64}, grpo={"max_new_tokens": 8})
+    prep["warm"]["verifier"].update(warmup_sft_steps=2, warmup_samples=8, warmup_batch_size=4, solutions=4,
+                                    max_new_tokens=16)
+    monkeypatch.setattr(cli, "demo_stages", lambda: spec)
+    out = tmp_path / "demo"
+    assert main(["demo", "--from-scratch", "--out", str(out), *DEMO_SMALL]) == 0
+    assert yaml.safe_load((out / "grpo" / "config.yaml").read_text())["init"] == str(out / prep["generator"])
+    assert yaml.safe_load((out / "tango" / "config.yaml").read_text())["verifier"]["init"] == str(out / "warm/final/verifier")
+    printed = capsys.readouterr().out
+    assert "demo results" in printed and "documented" not in printed
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
@@ -154,8 +202,11 @@ def test_embedded_demo_stages_validate():
     from cotrain.cli import demo_stages
     from cotrain.config import build_config
 
-    stages = {name: {k: v for k, v in raw.items() if k != "init_from"} for name, raw in demo_stages().items()}
-    assert [build_config(raw).recipe for raw in stages.values()] == ["sft", "grpo", "tango"]
+    spec = demo_stages()
+    raws = [raw for part in ("prepare", "stages") for raw in spec[part].values() if isinstance(raw, dict)]
+    stages = [{k: v for k, v in raw.items() if k not in ("init_from", "verifier_from")} for raw in raws]
+    assert [build_config(raw).recipe for raw in stages] == ["sft", "tango", "grpo", "tango"]
+    assert all((REPO / path).exists() for key, path in spec["starts"].items())  # the committed starts
 
 
 def test_smoke_config_runs_and_resumes(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import copy
 import json
 import os
 import sys
@@ -150,50 +151,87 @@ def _eval_verifier(cfg, path: str, model, tokenizer, task) -> dict:
 
 
 def demo_stages() -> dict:
-    """The embedded default: the stage configs of `cotrain demo`."""
+    """The embedded default of `cotrain demo`: {"starts", "prepare", "stages"} (src/cotrain/demo.yaml)."""
     return yaml.safe_load(resources.files("cotrain").joinpath("demo.yaml").read_text())
+
+
+def _repo_path(rel: str) -> Path | None:
+    """A path of the repository (the committed starts), from the working directory or from the checkout
+    this package is installed from; None when neither has it (an installed wheel, elsewhere)."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (root / rel).exists():
+            return root / rel
+    return None
+
+
+def _demo_stage(name: str, raw: dict, out: Path, starts: dict, args, overrides: list[str]) -> dict:
+    """Run one stage of the demo into out/name (or read its eval.json when it finished); returns eval.json."""
+    from cotrain.config import build_config
+
+    raw = dict(copy.deepcopy(raw), seed=args.seed)
+    for key, field in (("init_from", "init"), ("verifier_from", "verifier")):
+        src = raw.pop(key, None)  # a start's name, or a path inside the demo's directory
+        if src is not None:
+            path = str(starts.get(src, out / src))
+            raw[field] = path if field == "init" else {**raw.get("verifier", {}), "init": path}
+    cfg = build_config(raw, overrides)
+    cfg.out_dir = str(out / name)
+    print(f"== demo stage {name}: {cfg.recipe}, {cfg.train.steps} steps -> {out / name}", flush=True)
+    if (out / name / "eval.json").is_file() and not args.force:
+        print("   (already finished; --force reruns)")
+        return json.loads((out / name / "eval.json").read_text())
+    resume = args.resume or (out / name / "checkpoints").exists()
+    return registry.load(cfg.recipe).run(cfg, out / name, resume=resume)
 
 
 def cmd_demo(args) -> int:
     from cotrain.analysis.plot import demo_figure, plot_runs
-    from cotrain.config import build_config
+    from cotrain.analysis.study import documented
 
-    out = Path(args.out)
-    stages = demo_stages()
-    results = {}
-    prev, parents = None, []
-    for name, raw in stages.items():
-        raw = dict(raw, seed=args.seed)
-        parent = raw.pop("init_from", None)  # a stage starts from the previous one unless it names another
-        start = out / parent if parent else prev
-        if start is not None:
-            raw["init"] = str(start)
-        parents.append(list(stages).index(parent) if parent else (len(parents) - 1 if parents else None))
-        cfg = build_config(raw, args.overrides)
-        cfg.out_dir = str(out / name)
-        print(f"== demo stage {name}: {cfg.recipe}, {cfg.train.steps} steps -> {out / name}", flush=True)
-        done = (out / name / "eval.json").is_file()
-        if done and not args.force:
-            results[name] = json.loads((out / name / "eval.json").read_text())
-            print("   (already finished; --force reruns)")
-        else:
-            resume = args.resume or (out / name / "checkpoints").exists()
-            results[name] = registry.load(cfg.recipe).run(cfg, out / name, resume=resume)
-        prev = out / name
-    names = list(stages)
-    paths = [demo_figure(out / names[0], [out / n for n in names[1:]], out / "demo.png")]
-    paths += plot_runs([out / name for name in stages], out_dir=out, chain=parents)
-    print("\n== demo results (greedy pass@1)")
-    splits = sorted({s for r in results.values() for s in r["generator"]})
-    print(f"{'stage':<8}" + "".join(f"{s:>10}" for s in splits))
+    out, spec = Path(args.out), demo_stages()
+    if args.from_scratch:  # make the two starts first, then read them from out/
+        for name, raw in spec["prepare"].items():
+            if isinstance(raw, dict):
+                _demo_stage(name, raw, out, {}, args, [])
+        starts = {role: out / spec["prepare"][role] for role in ("generator", "verifier")}
+    else:
+        starts = {role: _repo_path(spec["starts"][role]) for role in ("generator", "verifier")}
+        missing = [spec["starts"][r] for r, p in starts.items() if p is None]
+        if missing:
+            raise UserError(f"the demo's committed starts are missing ({', '.join(missing)}): run it from the "
+                            "repository root, or make them with `cotrain demo --from-scratch`")
+    results = {name: _demo_stage(name, raw, out, starts, args, args.overrides) for name, raw in spec["stages"].items()}
+    names = list(results)
+    paths = [demo_figure([out / n for n in names], out / "demo.png",
+                         title="cotrain demo: GRPO and RL Tango in the sparse world, from one start")]
+    paths += plot_runs([out / n for n in names], out_dir=out)
+
+    # ------------------------------------------------------------------ one screen of results
+    steps = yaml.safe_load((out / names[-1] / "config.yaml").read_text())["train"]["steps"]
+    splits = [s for s in ("test", "ood") if any(s in r.get("generator", {}) for r in results.values())]
+    n = max((r["generator"][s].get("n", 0) for r in results.values() for s in splits if s in r["generator"]), default=0)
+    print(f"\n== demo results: seed {args.seed}, {steps} generator steps, greedy pass@1 on {n} held-out problems a split")
+    print(f"{'':<14}" + "".join(f"{s:>9}" for s in splits))
+    acc = {n: [r["generator"].get(s, {}).get("pass@1", float("nan")) for s in splits] for n, r in results.items()}
+    for name, row in acc.items():
+        print(f"{name:<14}" + "".join(f"{x:>9.3f}" for x in row))
+    if {"grpo", "tango"} <= set(acc):
+        print(f"{'tango − grpo':<14}" + "".join(f"{100 * (t - g):>+9.1f}" for t, g in zip(acc["tango"], acc["grpo"]))
+              + "  points (one seed)")
     for name, r in results.items():
-        print(f"{name:<8}" + "".join(f"{r['generator'].get(s, {}).get('pass@1', float('nan')):>10.3f}" for s in splits))
-    for name, r in results.items():
-        for role in ("verifier_warmup", "verifier"):
-            for split, m in r.get(role, {}).items():
-                if "balanced_accuracy" in m:
-                    print(f"{name}: {role} on {split}: accuracy {m['accuracy']:.3f}, balanced {m['balanced_accuracy']:.3f}"
-                          + (f", AUROC {m['auroc']:.3f}" if "auroc" in m else ""))
+        for role, when in (("verifier", "co-trained"), ("verifier_warmup", "at its start")):
+            m = r.get(role, {}).get(splits[0] if splits else "test", {})
+            if "balanced_accuracy" in m:
+                right = int(m.get("n/correct", 0))
+                print(f"{name}'s verifier {when}, greedy verdicts on {m['n']} of the final generator's samples "
+                      f"({right} right, {m['n'] - right} wrong): balanced accuracy {m['balanced_accuracy']:.3f}")
+    study = _repo_path(spec["starts"]["study"])
+    lines = documented(study, "tango", steps) if study is not None and not args.from_scratch else []
+    if lines:
+        print(f"\ndocumented ({spec['starts']['study']}, every seed from these starts, `cotrain study "
+              f"{spec['starts']['study']}`):")
+        for line in lines:
+            print("  " + line)
     print("\nplots: " + "  ".join(str(p) for p in paths))
     return 0
 
@@ -279,12 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.k=4 task.data_dir=DIR")
     e.set_defaults(fn=cmd_eval)
 
-    d = sub.add_parser("demo", help="SFT then GRPO on arithmetic, evaluated and plotted")
+    d = sub.add_parser("demo", help="GRPO against RL Tango in the sparse world from committed starts, evaluated and plotted")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--out", default="runs/demo")
     d.add_argument("--resume", action="store_true", help="continue unfinished stages")
     d.add_argument("--force", action="store_true", help="rerun stages that already finished")
-    d.add_argument("overrides", nargs="*", help="dotted overrides applied to every stage")
+    d.add_argument("--from-scratch", action="store_true",
+                   help="make the starts too (SFT, then the verifier's warm-up) instead of reading the committed ones")
+    d.add_argument("overrides", nargs="*", help="dotted overrides applied to both arms (not to --from-scratch's starts)")
     d.set_defaults(fn=cmd_demo)
 
     pl = sub.add_parser("plot", help="PNG curves of one or several runs")

@@ -644,79 +644,82 @@ def _labelfree_figure(runs: list[_Run], smooth: int) -> Figure:
 # --------------------------------------------------------------------------- the demo's figure
 
 
-def demo_figure(sft_dir: Path, rl_dirs: list[Path], out_path: Path, split: str = "test") -> Path:
-    """`demo.png`: SFT, then the RL stages on their own axis, so the part a user came to see is not a
+def demo_figure(rl_dirs: list[Path], out_path: Path, sft_dir: Path | None = None, split: str = "test",
+                title: str = "cotrain demo: GRPO and RL Tango from the same start") -> Path:
+    """`demo.png`: the RL stages on an axis of their own steps, so the part a user came to see is not a
     sliver at the end of a long SFT axis.
 
-    Three panels: (1) SFT's held-out greedy pass@1 per SFT step, with its last step (where its stopping rule
-    fired, if it did); (2) each RL stage's greedy pass@1 on `split` per RL step, starting from the SFT model's
-    (step 0, marked) and ending at its final evaluation; (3) each RL stage's training reward per RL step.
+    Three panels: (1) with `sft_dir`, SFT's held-out greedy pass@1 per SFT step; without it, each co-trained
+    verifier's balanced agreement with the ground truth on the generator's samples per RL step (the
+    verifier a tango arm relies on); (2) each RL stage's greedy pass@1 on `split` per RL step, from its
+    step-0 evaluation to its final one; (3) each RL stage's training reward per RL step.
 
     Args:
-        sft_dir: the SFT stage's run directory.
-        rl_dirs: the RL stages' run directories (each started from `sft_dir`).
+        rl_dirs: the RL stages' run directories (all from one start).
         out_path: the PNG to write.
-        split: the evaluation split of panels 2 and its SFT start.
+        sft_dir: an SFT stage's run directory the RL stages started from, or None.
+        split: the evaluation split of panel 2.
+        title: the figure's title.
 
     Returns:
         out_path.
     """
-    sft = _series(load_metrics(sft_dir))
-    sft_final = load_eval(sft_dir).get((split, "pass@1"))
     palette = matplotlib.colormaps["tab10"].colors
     with matplotlib.rc_context(_STYLE):
         fig = Figure(figsize=(15, 4.6), layout="constrained")
-        ax_sft, ax_rl, ax_rew = (fig.add_subplot(1, 3, i + 1) for i in range(3))
+        ax_first, ax_rl, ax_rew = (fig.add_subplot(1, 3, i + 1) for i in range(3))
+        start = None
+        if sft_dir is not None:
+            sft = _series(load_metrics(sft_dir))
+            start = load_eval(sft_dir).get((split, "pass@1"))
+            ax_first.set_title("SFT: greedy pass@1 on held-out problems")
+            for key, label, style in ((f"eval/{split}/pass@1", f"{split} split", "-"),
+                                      ("eval/val/pass@1", "train-split hold-out (stopping rule)", "--")):
+                if key in sft:
+                    ax_first.plot(*sft[key], color="0.3", linestyle=style, marker="o", markersize=3, label=label)
+            ax_first.set_xlabel("SFT step")
+            ax_first.set_ylabel("greedy pass@1")
+        else:
+            ax_first.set_title("the verifier on the generator's samples")
+            ax_first.set_xlabel("RL step (generator updates)")
+            ax_first.set_ylabel("balanced agreement with the ground truth")
+            ax_first.axhline(0.5, color="0.5", linestyle=":", linewidth=1.2)
+            ax_first.annotate("chance", (0, 0.5), xytext=(2, 3), textcoords="offset points", fontsize=9, color="0.4")
+        ax_first.set_ylim(-0.03, 1.03)
 
-        ax_sft.set_title("SFT: greedy pass@1 on held-out problems")
-        for key, label, style in ((f"eval/{split}/pass@1", f"{split} split", "-"),
-                                  ("eval/val/pass@1", "train-split hold-out (stopping rule)", "--")):
-            if key in sft:
-                x, y = sft[key]
-                ax_sft.plot(x, y, color="0.3", linestyle=style, marker="o", markersize=3, label=label)
-        steps = [x for x, _ in sft.values() if len(x)]
-        if steps:
-            last = max(float(x.max()) for x in steps)
-            ax_sft.axvline(last, color="0.6", linewidth=1)
-            ax_sft.annotate(f"last step {last:.0f}", (last, 0.02), xytext=(-4, 0), textcoords="offset points",
-                            ha="right", fontsize=9, color="0.35")
-        ax_sft.set_xlabel("SFT step")
-        ax_sft.set_ylabel("greedy pass@1")
-        ax_sft.set_ylim(-0.03, 1.03)
-        ax_sft.legend(fontsize=9, loc="upper left")
-
-        ax_rl.set_title(f"RL from the SFT model: greedy pass@1 on {split}")
+        ax_rl.set_title(f"RL: greedy pass@1 on {split}")
         ax_rew.set_title("RL: training reward (share correct)")
-        if sft_final is not None:
-            ax_rl.axhline(sft_final, color="0.5", linestyle=":", linewidth=1.2)
-            ax_rl.plot([0], [sft_final], marker="*", markersize=13, color="0.25", linestyle="none",
-                       label=f"SFT start {sft_final:.3f}")
-        finals = []
+        if start is not None:
+            ax_rl.plot([0], [start], marker="*", markersize=13, color="0.25", linestyle="none",
+                       label=f"SFT start {start:.3f}")
+        values = [start] if start is not None else []
         for i, run_dir in enumerate(rl_dirs):
             color, name = palette[i % len(palette)], Path(run_dir).name
             recipe = read_recipe(run_dir)
             label = f"{name} ({recipe})" if recipe and recipe != name else name
             series = _series(load_metrics(run_dir))
             final = load_eval(run_dir).get((split, "pass@1"))
-            key = f"eval/{split}/pass@1"
-            x, y = series.get(key, (np.array([]), np.array([])))
-            if sft_final is not None:  # every RL stage starts from the SFT model: step 0 is its evaluation
-                x, y = np.concatenate([[0.0], x]), np.concatenate([[sft_final], y])
-            if final is not None:
-                finals.append(final)
+            x, y = series.get(f"eval/{split}/pass@1", (np.array([]), np.array([])))
+            if start is not None and not (len(x) and x[0] == 0):  # no step-0 evaluation: the SFT model's
+                x, y = np.concatenate([[0.0], x]), np.concatenate([[start], y])
+            values += [*y, *([final] if final is not None else [])]
             ax_rl.plot(x, y, color=color, marker="o", markersize=4, linewidth=1.8,
                        label=label + (f": {final:.3f} at the end" if final is not None else ""))
             if "gen/reward" in series:
-                rx, ry = series["gen/reward"]
-                _draw_curve(ax_rew, rx, ry, 0, color, "-")
+                _draw_curve(ax_rew, *series["gen/reward"], 5, color, "-")
                 ax_rew.plot([], [], color=color, label=label)
-        for ax in (ax_rl, ax_rew):
+            if sft_dir is None and "cotrain/agree_balanced" in series:
+                _draw_curve(ax_first, *series["cotrain/agree_balanced"], 5, color, "-")
+                ax_first.plot([], [], color=color, label=label)
+        for ax in (ax_rl, ax_rew) if sft_dir is not None else (ax_first, ax_rl, ax_rew):
             ax.set_xlabel("RL step (generator updates)")
-            ax.legend(fontsize=9, loc="lower right")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=9, loc="lower right")
+        if sft_dir is not None:
+            ax_first.legend(fontsize=9, loc="upper left")
         ax_rl.set_ylabel("greedy pass@1")
         ax_rew.set_ylabel("mean reward")
-        values = [v for v in [sft_final, *finals] if v is not None]
         if values:
-            ax_rl.set_ylim(max(0.0, min(values) - 0.15), min(1.0, max(values) + 0.1))
-        fig.suptitle("cotrain demo: SFT, then GRPO and RL Tango co-training from the same SFT model")
+            ax_rl.set_ylim(max(0.0, min(values) - 0.1), min(1.0, max(values) + 0.1))
+        fig.suptitle(title)
         return _save(fig, Path(out_path))

@@ -200,6 +200,32 @@ def build_study(study_dir: str | Path) -> str:
     return text
 
 
+def documented(study_dir: str | Path, arm: str, step: int | None = None) -> list[str]:
+    """What a study documents of `arm` against grpo, a line each: the paired difference of the final greedy
+    pass@1 on `test` and `ood`, and (with `step`) of the in-training accuracy at that step, where both arms
+    evaluated it. Lines a study cannot give are left out; a study without the two arms gives []."""
+    arms = load_study(study_dir)
+    if arm not in arms or BASELINE not in arms:
+        return []
+    base, runs = arms[BASELINE], arms[arm]
+    lines = []
+    for split in ("test", "ood"):
+        a = {s: r.final(split) for s, r in base.items() if r.final(split) is not None}
+        b = {s: r.final(split) for s, r in runs.items() if r.final(split) is not None}
+        if set(a) & set(b):
+            d = paired_difference(a, b, POINTS)
+            last = max(r.steps[-1] for r in runs.values() if r.steps) if any(r.steps for r in runs.values()) else "?"
+            lines.append(f"{arm} − {BASELINE}, greedy pass@1 on {split} after {last} steps: {d.text()} points, "
+                         f"{_cell([a[s] for s in d.seeds])} → {_cell([b[s] for s in d.seeds])}")
+    if step is not None:
+        a = {s: r.acc[r.steps.index(step)] for s, r in base.items() if step in r.steps}
+        b = {s: r.acc[r.steps.index(step)] for s, r in runs.items() if step in r.steps}
+        if set(a) & set(b):
+            d = paired_difference(a, b, POINTS)
+            lines.append(f"{arm} − {BASELINE}, in-training pass@1 on test at step {step}: {d.text()} points")
+    return lines
+
+
 # ---------------------------------------------------------------- worlds: where step verdicts can matter
 
 WORLD_GOALS = (  # (metric of verifier_warmup/<split>, goal, at least?) for a world where step verdicts carry
