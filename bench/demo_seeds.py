@@ -1,5 +1,5 @@
-"""The demo's result over several seeds: greedy pass@1 of SFT and of GRPO and tango started from it,
-per split, with the mean and spread of the RL gains, and each seed's wall time.
+"""The demo's result over several seeds: greedy pass@1 of GRPO and tango from the demo's start, per split,
+with the mean and spread of tango's difference from GRPO, and each seed's wall time.
 
     python bench/demo_seeds.py                 # seeds 0 1 2, three at a time, into runs/seeds/
     python bench/demo_seeds.py --seeds 0 1 2 3 4 --jobs 2
@@ -46,28 +46,25 @@ def run_seeds(seeds: list[int], out: Path, jobs: int) -> None:
 
 
 def table(seeds: list[int], out: Path) -> str:
-    rows, gains = [], {}
+    rows, diffs = [], {}
     for seed in seeds:
         d = out / f"s{seed}"
         try:
-            ev = {stage: json.loads((d / stage / "eval.json").read_text())["generator"] for stage in ("sft", "grpo", "tango")}
+            ev = {stage: json.loads((d / stage / "eval.json").read_text())["generator"] for stage in ("grpo", "tango")}
         except FileNotFoundError:
-            rows.append(f"| {seed} | (missing) | | | | |")
+            rows.append(f"| {seed} | (missing) | | |")
             continue
-        steps = max(json.loads(line)["step"] for line in (d / "sft" / "metrics.jsonl").open())
         cells = []
         for split in ("test", "ood"):
-            a = ev["sft"][split]["pass@1"]
-            for stage in ("grpo", "tango"):
-                gains.setdefault((stage, split), []).append(ev[stage][split]["pass@1"] - a)
-            cells.append(f"{a:.3f} → {ev['grpo'][split]['pass@1']:.3f} / {ev['tango'][split]['pass@1']:.3f}")
+            g, t = ev["grpo"][split]["pass@1"], ev["tango"][split]["pass@1"]
+            diffs.setdefault(split, []).append(t - g)
+            cells.append(f"{g:.3f} / {t:.3f}")
         wall = (d / "wall_seconds.txt").read_text().strip() if (d / "wall_seconds.txt").is_file() else "-"
-        rows.append(f"| {seed} | {steps} | " + " | ".join(cells) + f" | {wall} |")
-    lines = ["| seed | SFT steps | test: SFT → GRPO / tango | ood: SFT → GRPO / tango | wall s |",
-             "|---|---|---|---|---|", *rows]
-    for (stage, split), g in gains.items():
+        rows.append(f"| {seed} | " + " | ".join(cells) + f" | {wall} |")
+    lines = ["| seed | test: GRPO / tango | ood: GRPO / tango | wall s |", "|---|---|---|---|", *rows]
+    for split, g in diffs.items():
         sd = statistics.stdev(g) if len(g) > 1 else 0.0
-        lines.append(f"\n{split}: {stage} gain over SFT, mean {100 * statistics.mean(g):+.1f} points, "
+        lines.append(f"\n{split}: tango − GRPO, mean {100 * statistics.mean(g):+.1f} points, "
                      f"sd {100 * sd:.1f}, min {100 * min(g):+.1f}, max {100 * max(g):+.1f} (n={len(g)} seeds)")
     return "\n".join(lines)
 
