@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ def test_a_2x2_grid_with_2_seeds(tmp_path, capsys):
     assert (last["train"]["lr"], last["task"]["n_ops"], last["seed"]) == (0.002, [1, 2], 1)
     assert last["train"]["steps"] == 2 and last["eval"]["n"] == 5          # the file's and the command line's
     assert last["model"]["preset"] == "nano" and last["train"]["batch_size"] == 8   # the base config's
-    assert sweep.prepare["train"]["steps"] == 7 and sweep.prepare["eval"]["n"] == 5
+    assert sweep.prepare["prepare"]["train"]["steps"] == 7 and sweep.prepare["prepare"]["eval"]["n"] == 5
 
     runs = plan(sweep, tmp_path / "out")
     assert len(runs) == 1 + 4 * 2
@@ -106,7 +107,7 @@ def test_a_2x2_grid_with_2_seeds(tmp_path, capsys):
 
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run", "eval.n=5"]) == 0
     printed = capsys.readouterr().out
-    assert "4 cells x 2 seeds, 9 runs, plus prepare" in printed and printed.count(" new ") == 9
+    assert "4 cells x 2 seeds, 9 runs, plus 1 prepare" in printed and printed.count(" new ") == 9
     assert not (tmp_path / "out").exists()
 
 
@@ -333,4 +334,60 @@ def test_arms_each_with_its_overrides_config_and_seeds(tmp_path):
 def test_bad_arms_are_one_clear_line(tmp_path, arms, message):
     (tmp_path / "s.yaml").write_text(arms + "\n")
     with pytest.raises(UserError, match=message):
+        load_sweep(tmp_path / "s.yaml")
+
+
+def test_named_prepare_stages_run_in_order_and_the_runs_after_them_name_them(tmp_path, monkeypatch, capsys):
+    """Two preparation stages (SFT, then a warm-up from it): each runs alone, in order, into DIR/<stage>;
+    `{prepare.<stage>}` in any later run's overrides becomes that stage's directory, and nothing sets the
+    cells' init for them. A failed stage stops everything after it."""
+    (tmp_path / "sft.yaml").write_text("recipe: sft\ntrain: {steps: 3}\n")
+    (tmp_path / "s.yaml").write_text(
+        "prepare:\n"
+        "  - {name: sft, config: sft.yaml}\n"
+        "  - {name: warm, overrides: {recipe: tango, train.steps: 0, init: '{prepare.sft}/checkpoints/step_2/generator'}}\n"
+        "overrides: {init: '{prepare.sft}/final', verifier.init: '{prepare.warm}/final/verifier'}\n"
+        "arms: {grpo: {overrides: {recipe: grpo}}, tango: {overrides: {recipe: tango}}}\n")
+    sweep = load_sweep(tmp_path / "s.yaml")
+    assert list(sweep.prepare) == ["sft", "warm"] and not sweep.auto_init
+    out = tmp_path / "out"
+    runs = plan(sweep, out)
+    assert [r.label for r in runs] == ["sft", "warm", "grpo seed0", "tango seed0"]
+    assert runs[1].config["init"] == f"{out / 'sft'}/checkpoints/step_2/generator"
+    assert runs[3].config["init"] == f"{out / 'sft'}/final"
+    assert runs[3].config["verifier"]["init"] == f"{out / 'warm'}/final/verifier"
+
+    order = []
+
+    def fake_launch(run, resume, env):
+        order.append(run.label)
+        if run.label == "warm" and fail:
+            return _Exited(1)
+        _fake_eval(run.run_dir, 0.5)
+        return _Exited(0)
+
+    monkeypatch.setattr(sweep_mod, "launch", fake_launch)
+    fail = True
+    assert run_sweep(sweep, out, jobs=2) == 1
+    assert order == ["sft", "warm"] and "the prepare run 'warm' failed" in capsys.readouterr().out
+    fail, order[:] = False, []
+    assert run_sweep(sweep, out, jobs=2) == 0
+    assert order == ["warm", "grpo seed0", "tango seed0"]   # sft finished: skipped
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("prepare: [{name: a, overrides: {init: '{prepare.b}'}}, {name: b}]\n",
+     "prepare stage 'a' refers to {prepare.b}: a stage runs only after"),
+    ("prepare: [{name: a}]\noverrides: {init: '{prepare.c}'}\n", "refers to {prepare.c}: no such prepare stage"),
+    ("prepare: [{name: base}]\n", "'base' names both a prepare stage and a cell"),
+    ("prepare: [{name: a b}]\n", "prepare[0]: its name 'a b' must be"),
+    ("prepare: [{config: x.yaml}]\n", "prepare[0]: its name None must be"),
+    ("prepare: [{name: a}, {name: a}]\n", "prepare[1]: two prepare stages are named 'a'"),
+    ("prepare: [3]\n", "prepare[0] must be a mapping"),
+    ("prepare: [{name: a, overides: {}}]\n", "unknown key 'overides' in prepare[0]"),
+    ("prepare: []\n", "prepare must be a mapping"),
+])
+def test_bad_prepare_stages_are_one_clear_line(tmp_path, spec, message):
+    (tmp_path / "s.yaml").write_text(spec)
+    with pytest.raises(UserError, match=re.escape(message)):
         load_sweep(tmp_path / "s.yaml")

@@ -21,6 +21,17 @@ Instead of a grid, named arms (a study's table: each arm its own overrides, and 
 
 Each arm's runs go to DIR/<arm>/seed<S>/, the layout `cotrain study` reads.
 
+Several preparation stages instead of one (a study's starts: SFT, then the verifier's warm-up): a list of
+named stages, run one after the other into DIR/<name>/, each named by the runs that follow as
+`{prepare.<name>}` in any string of their overrides (nothing is set for them: the cells say what they
+start from):
+
+    prepare:
+      - {name: sft, config: ../sparse/sft.yaml}
+      - {name: warm, config: ../sparse/tango.yaml, overrides: {train.steps: 0,
+         init: "{prepare.sft}/checkpoints/step_1000/generator", verifier.init: "{prepare.sft}/checkpoints/step_2250/generator"}}
+    overrides: {init: "{prepare.sft}/checkpoints/step_1000/generator", verifier.init: "{prepare.warm}/final/verifier"}
+
 A cell's config is the base config, then the file's overrides, then the command line's overrides, then the
 cell's grid values, then `init` (with a prepare run) and `seed`. The prepare run's config is its own config,
 its overrides, then the command line's overrides. Every config is validated before anything runs.
@@ -83,7 +94,8 @@ class Sweep:
     grid: dict[str, list]
     seeds: list[int]
     cells: list[Cell]
-    prepare: dict | None = None           # validated, resolved config of the prepare run
+    prepare: dict[str, dict] = field(default_factory=dict)  # stage name -> validated config, in order
+    auto_init: bool = False               # one unnamed prepare run: every cell gets init=DIR/prepare
     metrics: list[str] | None = None      # None: every numeric leaf of eval.json but `n`
 
 
@@ -91,7 +103,7 @@ class Sweep:
 class Run:
     """One `cotrain run` of the sweep."""
 
-    label: str                 # "tango.alpha=0.3 seed1" or "prepare"
+    label: str                 # "tango.alpha=0.3 seed1", or a prepare stage's name
     config: dict
     run_dir: Path
     status: str = field(init=False, default="")
@@ -229,18 +241,31 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
     seeds = _seeds(spec.get("seeds", [0]))
     metrics = _metrics(spec.get("metrics"))
     prepare_spec = spec.get("prepare")
-    _check_ownership(grid, {"sweep file's overrides": file_overrides, "command line": cli}, prepare_spec is not None)
+    single = isinstance(prepare_spec, dict)
+    _check_ownership(grid, {"sweep file's overrides": file_overrides, "command line": cli}, single)
 
     # ------------------------------------------------ prepare
-    prepare = None
+    prepare = {}
     if prepare_spec is not None:
-        if not isinstance(prepare_spec, dict):
-            raise UserError("prepare must be a mapping with 'config' and/or 'overrides'")
-        _check_known(prepare_spec, PREPARE_KEYS, "prepare")
-        raw = _read_yaml(_relative(path, prepare_spec["config"], "prepare.config"), "prepare config") \
-            if prepare_spec.get("config") is not None else {}
-        raw = apply_overrides(raw, _as_overrides(prepare_spec.get("overrides"), "prepare.overrides") + cli)
-        prepare = _validated(raw, "prepare")
+        if not isinstance(prepare_spec, (dict, list)) or not prepare_spec:
+            raise UserError("prepare must be a mapping with 'config' and/or 'overrides', or a list of those, each "
+                            "with a 'name'")
+        for i, stage in enumerate([dict(prepare_spec, name="prepare")] if single else prepare_spec):
+            where = "prepare" if single else f"prepare[{i}]"
+            if not isinstance(stage, dict):
+                raise UserError(f"{where} must be a mapping with 'name', 'config' and/or 'overrides'")
+            _check_known({k: v for k, v in stage.items() if k != "name"} if single else stage, PREPARE_KEYS if single
+                         else ("name", *PREPARE_KEYS), where)
+            name = stage.get("name")
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._+@-]{1,100}", name):
+                raise UserError(f"{where}: its name {name!r} must be letters, digits and ._+@- (it names a directory)")
+            if name in prepare:
+                raise UserError(f"{where}: two prepare stages are named '{name}'")
+            where = where if single else f"prepare stage '{name}'"
+            raw = _read_yaml(_relative(path, stage["config"], f"{where}.config"), "prepare config") \
+                if stage.get("config") is not None else {}
+            raw = apply_overrides(raw, _as_overrides(stage.get("overrides"), f"{where}.overrides") + cli)
+            prepare[name] = _validated(raw, where)
 
     # ------------------------------------------------ cells
     base = _read_yaml(_relative(path, spec["base"], "base"), "base config") if spec.get("base") is not None else {}
@@ -248,7 +273,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         if grid:
             raise UserError("a sweep has either a grid or arms, not both")
         cells = _arm_cells(path, spec["arms"], base, file_overrides + cli, seeds)
-        return Sweep(path, {"arm": [c.name for c in cells]}, seeds, cells, prepare, metrics)
+        return _checked(Sweep(path, {"arm": [c.name for c in cells]}, seeds, cells, prepare, single, metrics))
     cells = []
     for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo))
@@ -259,7 +284,45 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
     for name in names:
         if names.count(name) > 1:
             raise UserError(f"two cells share the directory name '{name}': make the grid values distinct")
-    return Sweep(path, grid, seeds, cells, prepare, metrics)
+    return _checked(Sweep(path, grid, seeds, cells, prepare, single, metrics))
+
+
+PLACEHOLDER = re.compile(r"\{prepare\.([^{}]*)\}")
+
+
+def _placeholders(config) -> set[str]:
+    """The stage names a config refers to as `{prepare.<stage>}`."""
+    if isinstance(config, dict):
+        return set().union(*map(_placeholders, config.values())) if config else set()
+    if isinstance(config, list):
+        return set().union(*map(_placeholders, config)) if config else set()
+    return set(PLACEHOLDER.findall(config)) if isinstance(config, str) else set()
+
+
+def _substitute(config, dirs: dict[str, str]):
+    """The config with every `{prepare.<stage>}` replaced by that stage's run directory."""
+    if isinstance(config, dict):
+        return {k: _substitute(v, dirs) for k, v in config.items()}
+    if isinstance(config, list):
+        return [_substitute(v, dirs) for v in config]
+    return PLACEHOLDER.sub(lambda m: dirs[m.group(1)], config) if isinstance(config, str) else config
+
+
+def _checked(sweep: Sweep) -> Sweep:
+    """Every `{prepare.<stage>}` names a stage that runs before it; no stage shares a cell's directory."""
+    stages = list(sweep.prepare)
+    for i, (name, config) in enumerate(sweep.prepare.items()):
+        for ref in sorted(_placeholders(config) - set(stages[:i])):
+            raise UserError(f"prepare stage '{name}' refers to {{prepare.{ref}}}: "
+                            + (f"a stage runs only after the stages before it ({', '.join(stages[:i]) or 'none'})"
+                               if ref in stages else f"no such stage (stages: {', '.join(stages) or 'none'})"))
+    for cell in sweep.cells:
+        for ref in sorted(set().union(*map(_placeholders, cell.configs.values())) - set(stages)):
+            raise UserError(f"{cell.name} refers to {{prepare.{ref}}}: no such prepare stage "
+                            f"(stages: {', '.join(stages) or 'none'})")
+        if cell.name in sweep.prepare:
+            raise UserError(f"'{cell.name}' names both a prepare stage and a cell: rename one (both are directories)")
+    return sweep
 
 
 def _arm_cells(path: Path, arms, base: dict, overrides: list[str], seeds: list[int]) -> list[Cell]:
@@ -290,14 +353,13 @@ def _arm_cells(path: Path, arms, base: dict, overrides: list[str], seeds: list[i
 def plan(sweep: Sweep, out_dir: str | Path) -> list[Run]:
     """Every run of the sweep in order (prepare first), with its run dir under `out_dir`."""
     out_dir = Path(out_dir)
-    runs = []
-    init = {}
-    if sweep.prepare is not None:
-        runs.append(Run("prepare", sweep.prepare, out_dir / "prepare"))
-        init = {"init": str(out_dir / "prepare")}
+    dirs = {name: str(out_dir / name) for name in sweep.prepare}
+    runs = [Run(name, _substitute(config, dirs), out_dir / name) for name, config in sweep.prepare.items()]
+    init = {"init": dirs["prepare"]} if sweep.auto_init else {}
     for cell in sweep.cells:
         for seed, config in cell.configs.items():
-            runs.append(Run(f"{cell.name} seed{seed}", {**config, **init}, out_dir / cell.name / f"seed{seed}"))
+            runs.append(Run(f"{cell.name} seed{seed}", {**_substitute(config, dirs), **init},
+                            out_dir / cell.name / f"seed{seed}"))
     for run in runs:
         run.status = "finished" if run.finished else "resume" if run.run_dir.exists() else "new"
     return runs
@@ -404,7 +466,7 @@ def _execute(runs: list[Run], first: int, total: int, jobs: int, env: dict) -> l
 
 
 def _print_plan(sweep: Sweep, runs: list[Run], out_dir: Path) -> None:
-    extra = ", plus prepare" if sweep.prepare is not None else ""
+    extra = f", plus {len(sweep.prepare)} prepare" if sweep.prepare else ""
     seeds = {len(c.configs) for c in sweep.cells}
     shape = f"{len(sweep.cells)} cells x {seeds.pop()} seeds" if len(seeds) == 1 else f"{len(sweep.cells)} arms"
     print(f"sweep {sweep.path}: {shape}, {len(runs)} runs{extra} -> {out_dir}")
@@ -434,10 +496,12 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, jobs: int = 1, dry_run: bool = 
         raise UserError(f"cannot write to sweep directory {out_dir}: {err.strerror or err}") from None
 
     env = child_env(jobs)
-    n_prepare = 1 if sweep.prepare is not None else 0
-    failures = _execute(runs[:n_prepare], 1, len(runs), 1, env)
-    if failures:
-        print("the prepare run failed: no cell was run", flush=True)
+    n_prepare, failures = len(sweep.prepare), []
+    for i in range(n_prepare):  # one stage at a time: each may start from the ones before it
+        failures = _execute(runs[i:i + 1], 1 + i, len(runs), 1, env)
+        if failures:
+            print(f"the prepare run '{runs[i].label}' failed: no later run was started", flush=True)
+            break
     else:
         failures = _execute(runs[n_prepare:], 1 + n_prepare, len(runs), jobs, env)
 
