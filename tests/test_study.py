@@ -121,3 +121,25 @@ def test_at_flops_and_the_equal_compute_column(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| tango"))
     assert "| 0.350 (0.350) |" in row
     assert "tango, **minimum**" in text and "grpo_long, **" not in text  # GRPO run on is no co-training arm
+
+
+def test_documented_reads_the_paired_result_of_an_arm_against_grpo(tmp_path):
+    """grpo ends at test 0.40, 0.50, 0.45 (sd 0.05, half-width 4.303 * 0.05 / sqrt(3) = 0.124) and tango at
+    0.47, 0.56, 0.53 (sd sqrt(0.0042 / 2) = 0.0458, half-width 0.114): paired +7.0 [+4.5, +9.5], as above; at
+    step 10 their curves stand at 0.20, 0.30, 0.25 and 0.22, 0.33, 0.25: differences 2, 3, 0 points, mean
+    5/3 = 1.67, sd sqrt(((1/3)^2 + (4/3)^2 + (5/3)^2) / 2) = 1.528, half-width 4.303 * 1.528 / sqrt(3) = 3.795
+    -> +1.7 [-2.1, +5.5]. ood: every seed 0.10 against 0.10 -> +0.0 [+0.0, +0.0]. A study without the arm
+    gives nothing."""
+    from cotrain.analysis.study import documented
+
+    for seed, (g, t, gc, tc) in enumerate([(0.40, 0.47, 0.20, 0.22), (0.50, 0.56, 0.30, 0.33),
+                                           (0.45, 0.53, 0.25, 0.25)]):
+        _fake_run(tmp_path / "grpo" / f"seed{seed}", g, 0.1, [0.1, gc, g])
+        _fake_run(tmp_path / "tango" / f"seed{seed}", t, 0.1, [0.1, tc, t])
+    lines = documented(tmp_path, "tango", step=10)
+    assert lines[0] == ("tango − grpo, greedy pass@1 on test after 20 steps: +7.0 [+4.5, +9.5] (n=3) points, "
+                        "0.450 ± 0.124 → 0.520 ± 0.114")
+    assert lines[1].startswith("tango − grpo, greedy pass@1 on ood after 20 steps: +0.0 [+0.0, +0.0] (n=3)")
+    assert lines[2] == "tango − grpo, in-training pass@1 on test at step 10: +1.7 [-2.1, +5.5] (n=3) points"
+    assert documented(tmp_path, "gar") == []
+    assert len(documented(tmp_path, "tango", step=15)) == 2   # no evaluation at step 15
