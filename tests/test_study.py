@@ -10,9 +10,10 @@ from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 
 
-def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0):
+def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None):
     """A finished run directory: eval.json, a metrics.jsonl whose rows at steps 0, 10, 20 hold the
-    in-training accuracy `curve`, and cumulative FLOPs (warm-up, then flops_per_step a step)."""
+    in-training accuracy `curve`, cumulative FLOPs (warm-up, then flops_per_step a step) and, given
+    `alpha` (a function of the step), gen/alpha at every step."""
     d.mkdir(parents=True)
     (d / "config.yaml").write_text("recipe: grpo\n")
     (d / "env.json").write_text(json.dumps({"cpu": "AMD EPYC", "cpu_capability": "AVX512"}))
@@ -20,6 +21,8 @@ def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0):
     rows = [{"step": 0, "flops/total": warmup, "eval/test/pass@1": curve[0]}]
     for step in range(1, 21):
         row = {"step": step, "flops/total": warmup + step * flops_per_step}
+        if alpha is not None:
+            row["gen/alpha"] = alpha(step)
         if step % 10 == 0:
             row["eval/test/pass@1"] = curve[step // 10]
         rows.append(row)
@@ -63,7 +66,8 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
     for s, (t, c) in enumerate([(0.40, 0.28), (0.50, 0.32), (0.45, 0.30)]):
         _fake_run(study / "grpo" / f"seed{s}", t, 0.10, [0.1, 0.2, c])
     for s, t in enumerate([0.47, 0.56, 0.53]):
-        _fake_run(study / "tango" / f"seed{s}", t, [0.11, 0.12, 0.10][s], [0.1, 0.3, 0.4], 3e9, warmup=5e9)
+        _fake_run(study / "tango" / f"seed{s}", t, [0.11, 0.12, 0.10][s], [0.1, 0.3, 0.4], 3e9, warmup=5e9,
+                  alpha=lambda step: 0.1 if step <= 10 else 0.0)  # 10 of 20 steps at 0.1: mean 0.05
     (study / "starts" / "sft").mkdir(parents=True)
     (study / "starts" / "sft" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": 0.2}}}))
     arms = load_study(study)
@@ -75,7 +79,7 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| tango"))
     assert "+7.0 [+4.5, +9.5] (n=3)" in row and "+1.0 [-1.5, +3.5] (n=3)" in row
     assert "| 10 |" in row and "6.50e+10 (5.0e+09)" in row and "AMD EPYC (AVX512)" in row
-    assert "| – |" in row  # no grpo_long arm: no equal-compute reading
+    assert "| – | 0.0500 |" in row  # no grpo_long arm: no equal-compute reading; the mean α
     assert "tango, **minimum** (paired test lower bound >= -2): holds" in text
     assert "tango, **good** (paired test mean >= +5 and lower bound > 0): holds" in text
     assert "tango, **great** (paired ood lower bound > 0): does not hold" in text

@@ -31,6 +31,8 @@ class Run:
     acc: list[float] = field(default_factory=list)   # greedy pass@1 there (eval.n_during problems)
     flops: list[float] = field(default_factory=list)  # cumulative FLOPs there, warm-up included
     warmup_flops: float = 0.0                          # FLOPs spent before the first generator step
+    alpha: float | None = None                         # mean process-reward weight over the steps (tango)
+    trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
     cpu: str = "?"
 
     def final(self, split: str) -> float | None:
@@ -39,15 +41,19 @@ class Run:
 
 def load_run(run_dir: Path) -> Run:
     run = Run(json.loads((run_dir / "eval.json").read_text(encoding="utf-8")))
-    flops = 0.0
+    flops, alphas, trusts = 0.0, [], []
     for row in load_metrics(run_dir):
         flops = row.get("flops/total", flops)
+        alphas += [row["gen/alpha"]] if "gen/alpha" in row else []
+        trusts += [row["gen/alpha_trust"]] if "gen/alpha_trust" in row else []
         if row.get("step") == 0:
             run.warmup_flops = flops
         if CURVE in row:
             run.steps.append(int(row["step"]))
             run.acc.append(float(row[CURVE]))
             run.flops.append(float(flops))
+    run.alpha = sum(alphas) / len(alphas) if alphas else None
+    run.trust = sum(trusts) / len(trusts) if trusts else None
     env = run_dir / "env.json"
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
@@ -106,13 +112,14 @@ def _cell(values: list[float]) -> str:
 def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
-    reach the baseline's final in-training accuracy, its FLOPs; then the plan's criteria per arm."""
+    reach the baseline's final in-training accuracy, its FLOPs, its mean process-reward weight α (and
+    reliability r with `tango.alpha: auto`); then the plan's criteria per arm."""
     base = arms.get(BASELINE)
     target = mean_curve(base)[1][-1] if base and all(r.steps for r in base.values()) else None
     long = mean_curve(arms[LONG]) if LONG in arms and all(r.steps for r in arms[LONG].values()) else None
     lines = ["| arm | seeds | test pass@1 | ood pass@1 | paired vs grpo, test (points) | paired vs grpo, ood | "
-             "steps to grpo's final | FLOPs (warm-up) | grpo at these FLOPs (without the warm-up) | CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "steps to grpo's final | FLOPs (warm-up) | grpo at these FLOPs (without the warm-up) | mean α (r) | CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     criteria = []
     for arm, runs in arms.items():
         test = {s: r.final("test") for s, r in runs.items() if r.final("test") is not None}
@@ -138,9 +145,13 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
             # the generator's share alone: GRPO's curve is shifted by no warm-up
             shown = [at_flops(long[3], long[1], budget) for budget in (flops, flops - warm)]
             equal = " (".join("past its end" if x is None else f"{x:.3f}" for x in shown) + ")"
+        alphas = [r.alpha for r in runs.values() if r.alpha is not None]
+        trusts = [r.trust for r in runs.values() if r.trust is not None]
+        alpha = "–" if not alphas else f"{sum(alphas) / len(alphas):.4f}" + (
+            f" ({sum(trusts) / len(trusts):.3f})" if trusts else "")
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
                      f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
-                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {cpus} |")
+                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | {cpus} |")
         if d_test is not None and arm not in (LABELFREE, LONG):  # the criteria compare co-training with grpo
             gain = vs = None
             if LABELFREE in arms and start is not None:
