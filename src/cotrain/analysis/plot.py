@@ -75,6 +75,8 @@ _PANELS = [
     _Panel("Sampling entropy (per token)", "entropy per token", "entropy"),
     _Panel("Completion length (tokens)", "mean length", "len_mean"),
     _Panel("Training loss", "loss", "loss"),
+    _Panel("Process-reward weight α (tango)", "α", "alpha"),
+    _Panel("Verifier reliability r (tango.alpha: auto)", "r", "alpha_trust", unit_interval=True),
 ]
 _EVAL_PANEL = _Panel("Greedy pass@1 during training", "pass@1", "pass@1", unit_interval=True)
 
