@@ -145,7 +145,8 @@ def test_demo_contract(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "demo results" in printed and "tango − grpo" in printed
     assert "tango's verifier co-trained, greedy verdicts on 8 of the final generator's samples" in printed
-    assert "documented (results/sparse" in printed and "greedy pass@1 on test after 100 steps" in printed
+    assert "documented (results/sparse," in printed and "greedy pass@1 on test after 100 steps" in printed
+    assert "documented (results/sparse_fp32," in printed and "tango_auto − grpo" in printed
     assert main(["demo", "--seed", "3", "--out", str(out), *DEMO_SMALL]) == 0
     assert "already finished" in capsys.readouterr().out
 
@@ -206,7 +207,8 @@ def test_embedded_demo_stages_validate():
     raws = [raw for part in ("prepare", "stages") for raw in spec[part].values() if isinstance(raw, dict)]
     stages = [{k: v for k, v in raw.items() if k not in ("init_from", "verifier_from")} for raw in raws]
     assert [build_config(raw).recipe for raw in stages] == ["sft", "tango", "grpo", "tango"]
-    assert all((REPO / path).exists() for key, path in spec["starts"].items())  # the committed starts
+    starts = spec["starts"]  # the committed starts and the studies quoted beside the demo
+    assert all((REPO / path).exists() for path in [starts["generator"], starts["verifier"], *starts["studies"]])
 
 
 def test_smoke_config_runs_and_resumes(tmp_path):

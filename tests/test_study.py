@@ -145,5 +145,6 @@ def test_documented_reads_the_paired_result_of_an_arm_against_grpo(tmp_path):
                         "0.450 ± 0.124 → 0.520 ± 0.114")
     assert lines[1].startswith("tango − grpo, greedy pass@1 on ood after 20 steps: +0.0 [+0.0, +0.0] (n=3)")
     assert lines[2] == "tango − grpo, in-training pass@1 on test at step 10: +1.7 [-2.1, +5.5] (n=3) points"
+    assert lines[3] == "ran on AMD EPYC (AVX512)"
     assert documented(tmp_path, "gar") == []
-    assert len(documented(tmp_path, "tango", step=15)) == 2   # no evaluation at step 15
+    assert len(documented(tmp_path, "tango", step=15)) == 3   # no evaluation at step 15

@@ -212,7 +212,7 @@ def cmd_demo(args) -> int:
     n = max((r["generator"][s].get("n", 0) for r in results.values() for s in splits if s in r["generator"]), default=0)
     print(f"\n== demo results: seed {args.seed}, {steps} generator steps, greedy pass@1 on {n} held-out problems a split")
     print(f"{'':<14}" + "".join(f"{s:>9}" for s in splits))
-    acc = {n: [r["generator"].get(s, {}).get("pass@1", float("nan")) for s in splits] for n, r in results.items()}
+    acc = {name: [r["generator"].get(s, {}).get("pass@1", float("nan")) for s in splits] for name, r in results.items()}
     for name, row in acc.items():
         print(f"{name:<14}" + "".join(f"{x:>9.3f}" for x in row))
     if {"grpo", "tango"} <= set(acc):
@@ -225,13 +225,13 @@ def cmd_demo(args) -> int:
                 right = int(m.get("n/correct", 0))
                 print(f"{name}'s verifier {when}, greedy verdicts on {m['n']} of the final generator's samples "
                       f"({right} right, {m['n'] - right} wrong): balanced accuracy {m['balanced_accuracy']:.3f}")
-    study = _repo_path(spec["starts"]["study"])
-    lines = documented(study, "tango", steps) if study is not None and not args.from_scratch else []
-    if lines:
-        print(f"\ndocumented ({spec['starts']['study']}, every seed from these starts, `cotrain study "
-              f"{spec['starts']['study']}`):")
-        for line in lines:
-            print("  " + line)
+    for rel in [] if args.from_scratch else spec["starts"]["studies"]:  # what the lab measured from these starts
+        study = _repo_path(rel)
+        lines = [line for arm in ("tango", "tango_auto") for line in (documented(study, arm, steps) if study else [])]
+        if lines:
+            print(f"\ndocumented ({rel}, every seed from these starts, `cotrain study {rel}`):")
+            for line in lines:
+                print("  " + line)
     print("\nplots: " + "  ".join(str(p) for p in paths))
     return 0
 

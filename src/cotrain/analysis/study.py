@@ -57,7 +57,9 @@ def load_run(run_dir: Path) -> Run:
     env = run_dir / "env.json"
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
-        run.cpu = f"{e.get('cpu', '?')} ({e.get('cpu_capability', '?')})"
+        autocast = (e.get("precision") or {}).get("bf16_autocast")
+        run.cpu = f"{e.get('cpu', '?')} ({e.get('cpu_capability', '?')}" + (
+            "" if autocast is None else ", bf16 autocast" if autocast else ", fp32") + ")"
     return run
 
 
@@ -214,7 +216,8 @@ def build_study(study_dir: str | Path) -> str:
 def documented(study_dir: str | Path, arm: str, step: int | None = None) -> list[str]:
     """What a study documents of `arm` against grpo, a line each: the paired difference of the final greedy
     pass@1 on `test` and `ood`, and (with `step`) of the in-training accuracy at that step, where both arms
-    evaluated it. Lines a study cannot give are left out; a study without the two arms gives []."""
+    evaluated it, then the machines the runs ran on. Lines a study cannot give are left out; a study
+    without the two arms gives []."""
     arms = load_study(study_dir)
     if arm not in arms or BASELINE not in arms:
         return []
@@ -234,6 +237,8 @@ def documented(study_dir: str | Path, arm: str, step: int | None = None) -> list
         if set(a) & set(b):
             d = paired_difference(a, b, POINTS)
             lines.append(f"{arm} − {BASELINE}, in-training pass@1 on test at step {step}: {d.text()} points")
+    if lines:
+        lines.append("ran on " + ", ".join(sorted({r.cpu for r in [*base.values(), *runs.values()]})))
     return lines
 
 
