@@ -78,6 +78,7 @@ PREPARE_KEYS = ("config", "overrides")
 LAST = "last:"          # a metric `last:<key>` is the mean of <key> over the last rows of metrics.jsonl
 LAST_FRACTION = 0.1     # ... the last 10% of the rows that hold the key, at least one
 FIRST = "first:"        # and `first:<key>` the mean over the first 10% (training dynamics: start vs end)
+NAME = re.compile(r"[A-Za-z0-9._+@-]{1,100}")  # an arm's or a prepare stage's name: it names a directory
 
 @dataclass
 class Cell:
@@ -250,14 +251,15 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         if not isinstance(prepare_spec, (dict, list)) or not prepare_spec:
             raise UserError("prepare must be a mapping with 'config' and/or 'overrides', or a list of those, each "
                             "with a 'name'")
+        if single:  # one unnamed run, checked before it is given its name
+            _check_known(prepare_spec, PREPARE_KEYS, "prepare")
         for i, stage in enumerate([dict(prepare_spec, name="prepare")] if single else prepare_spec):
             where = "prepare" if single else f"prepare[{i}]"
             if not isinstance(stage, dict):
                 raise UserError(f"{where} must be a mapping with 'name', 'config' and/or 'overrides'")
-            _check_known({k: v for k, v in stage.items() if k != "name"} if single else stage, PREPARE_KEYS if single
-                         else ("name", *PREPARE_KEYS), where)
+            _check_known(stage, ("name", *PREPARE_KEYS), where)
             name = stage.get("name")
-            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._+@-]{1,100}", name):
+            if not isinstance(name, str) or not NAME.fullmatch(name):
                 raise UserError(f"{where}: its name {name!r} must be letters, digits and ._+@- (it names a directory)")
             if name in prepare:
                 raise UserError(f"{where}: two prepare stages are named '{name}'")
@@ -330,7 +332,7 @@ def _arm_cells(path: Path, arms, base: dict, overrides: list[str], seeds: list[i
         raise UserError("arms must be a mapping of arm names to {config, overrides, seeds}, e.g. {grpo: {overrides: {recipe: grpo}}}")
     cells = []
     for name, arm in arms.items():
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._+@-]{1,100}", name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise UserError(f"arm name {name!r}: use letters, digits and ._+@- (it names a directory)")
         arm = arm or {}
         if not isinstance(arm, dict):
