@@ -10,12 +10,12 @@ from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 
 
-def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None):
+def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None, config="recipe: grpo\n"):
     """A finished run directory: eval.json, a metrics.jsonl whose rows at steps 0, 10, 20 hold the
     in-training accuracy `curve`, cumulative FLOPs (warm-up, then flops_per_step a step) and, given
     `alpha` (a function of the step), gen/alpha at every step."""
     d.mkdir(parents=True)
-    (d / "config.yaml").write_text("recipe: grpo\n")
+    (d / "config.yaml").write_text(config)
     (d / "env.json").write_text(json.dumps({"cpu": "AMD EPYC", "cpu_capability": "AVX512"}))
     (d / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test}, "ood": {"pass@1": ood}}}))
     rows = [{"step": 0, "flops/total": warmup, "eval/test/pass@1": curve[0]}]
@@ -148,3 +148,57 @@ def test_documented_reads_the_paired_result_of_an_arm_against_grpo(tmp_path):
     assert lines[3] == "ran on AMD EPYC (AVX512)"
     assert documented(tmp_path, "gar") == []
     assert len(documented(tmp_path, "tango", step=15)) == 3   # no evaluation at step 15
+
+
+def test_a_committed_verifier_warm_up_counts_in_the_runs_that_start_from_it(tmp_path):
+    """starts/warm logged 2e11 FLOPs. Tango's verifier starts from it: its 6.5e10 FLOPs (5e9 warm-up of its
+    own) become 2.65e11 (2.05e11 of warm-up); grpo's, whose config names no verifier, stay as they are.
+    grpo_long (4e9 FLOPs a step, 20 steps, 8e10 FLOPs) cannot reach 2.65e11: it would need 2.65e11 / 4e9 =
+    66 steps; without the warm-up, 6e10 reads its 4e10 point, 0.35."""
+    study = tmp_path / "study"
+    _fake_run(study / "grpo" / "seed0", 0.4, 0.1, [0.1, 0.2, 0.3])
+    _fake_run(study / "grpo_long" / "seed0", 0.5, 0.1, [0.1, 0.35, 0.5], 4e9)
+    _fake_run(study / "tango" / "seed0", 0.45, 0.1, [0.1, 0.3, 0.4], 3e9, warmup=5e9,
+              config="recipe: tango\nverifier: {init: results/x/starts/warm/verifier}\n")
+    (study / "starts" / "warm").mkdir(parents=True)
+    (study / "starts" / "warm" / "metrics.jsonl").write_text(
+        json.dumps({"step": 0, "eval/compute/total/flops": 2e11}) + "\n")
+    text = build_study(study)
+    tango = next(line for line in text.splitlines() if line.startswith("| tango"))
+    grpo = next(line for line in text.splitlines() if line.startswith("| grpo |"))
+    assert "| 2.65e+11 (2.0e+11) | past its end: ≈66 steps (0.350) |" in tango
+    assert "| 2.00e+10 (0.0e+00) |" in grpo
+
+
+def test_gains_across_settings_read_x_from_each_measurement_and_pair_by_seed(tmp_path, capsys):
+    """Two settings. `sparse`: pass@8 0.25 at its start, so x = 1 − 0.25 = 0.75; grpo 0.10, 0.20 and tango
+    0.14, 0.22: differences 4 and 2 points, mean 3, sd sqrt(2), half-width 12.706 * sqrt(2) / sqrt(2) =
+    12.7 -> +3.0 [-9.7, +15.7]; its label-free arm ends at 0.25, 0.27 against the start's 0.20: +6.0
+    [-6.7, +18.7]. `dense`: x = 1 − 0.75 = 0.25, one seed, tango 0.50 against 0.49: +1.0 (n=1)."""
+    for name, p8, grpo, tango in (("sparse", 0.25, [0.10, 0.20], [0.14, 0.22]), ("dense", 0.75, [0.49], [0.50])):
+        study = tmp_path / name
+        for s, (g, t) in enumerate(zip(grpo, tango)):
+            _fake_run(study / "grpo" / f"seed{s}", g, 0.0, [0.1, 0.1, 0.1])
+            _fake_run(study / "tango" / f"seed{s}", t, 0.0, [0.1, 0.1, 0.1])
+        (tmp_path / f"{name}.json").write_text(json.dumps({"generator": {"test": {"pass@8": p8}}}))
+    for s, v in enumerate([0.25, 0.27]):
+        _fake_run(tmp_path / "sparse" / "labelfree" / f"seed{s}", v, 0.0, [0.1, 0.1, 0.1])
+    (tmp_path / "sparse" / "starts" / "sft").mkdir(parents=True)
+    (tmp_path / "sparse" / "starts" / "sft" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": 0.2}}}))
+    spec = tmp_path / "sparsity.yaml"
+    spec.write_text("x: {label: all-wrong groups, key: generator/test/pass@8, one_minus: true}\n"
+                    "settings:\n  - {name: sparse start, runs: sparse, measured: sparse.json}\n"
+                    "  - {name: dense start, runs: dense, measured: dense.json}\n")
+    assert main(["study", "--gains", str(spec)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2].startswith("| sparse start | 0.750 | 0,1 | 0.150 ± 0.635 | 0.180 ± 0.508 | +3.0 [-9.7, +15.7] (n=2) | "
+                               "+6.0 [-6.7, +18.7] (n=2) |")
+    assert lines[3].startswith("| dense start | 0.250 | 0 | 0.490 | 0.500 | +1.0 (n=1) | – |")
+    assert (tmp_path / "sparsity.md").is_file() and (tmp_path / "sparsity.png").stat().st_size > 1000
+    # a metric name holding slashes is found whole
+    from cotrain.analysis.study import _lookup
+    assert _lookup({"v": {"test": {"gap/verifier": 0.5}}}, "v/test/gap/verifier") == 0.5
+    # a measurement without the number is one line and exit code 2
+    (tmp_path / "dense.json").write_text("{}")
+    assert main(["study", "--gains", str(spec)]) == 2
+    assert "has no number at 'generator/test/pass@8'" in capsys.readouterr().err

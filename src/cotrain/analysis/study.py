@@ -4,7 +4,9 @@ Layout read: `<study>/<arm>/seed<S>/{eval.json, metrics.jsonl.gz, env.json}`; th
 baseline every other arm is paired with, seed by seed (cotrain.stats); an arm named `labelfree` is the
 label-free arm of the plan's "excellent" criterion, whose gain is read against the start's greedy pass@1
 (`<study>/starts/sft/eval.json`, the same problems as the arms' final evaluation); an arm named
-`grpo_long` is GRPO run on past the others' steps, read at each arm's FLOPs (equal compute).
+`grpo_long` is GRPO run on past the others' steps, read at each arm's FLOPs (equal compute). A verifier
+warmed up once and committed as `<study>/starts/warm/verifier` is a cost the runs that start from it do not
+log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`) to their warm-up.
 
     cotrain study results/<study>        prints the table, writes <study>/table.md and <study>/curves.png
 """
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cotrain.analysis.plot import load_metrics
+from cotrain.config import read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.stats import POINTS, mean_ci95, paired_difference, plan_criteria
 
@@ -34,6 +37,7 @@ class Run:
     alpha: float | None = None                         # mean process-reward weight over the steps (tango)
     trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
     cpu: str = "?"
+    verifier_init: str = ""                            # the run's verifier.init, where it started from one
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
@@ -54,6 +58,10 @@ def load_run(run_dir: Path) -> Run:
             run.flops.append(float(flops))
     run.alpha = sum(alphas) / len(alphas) if alphas else None
     run.trust = sum(trusts) / len(trusts) if trusts else None
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        verifier = read_yaml_mapping(config, "the run's config").get("verifier")
+        run.verifier_init = str(verifier.get("init") or "") if isinstance(verifier, dict) else ""
     env = run_dir / "env.json"
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
@@ -76,6 +84,31 @@ def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
     if not arms:
         raise UserError(f"{study_dir}: no finished runs (<arm>/seed<S>/eval.json)")
     return dict(sorted(arms.items(), key=lambda kv: (kv[0] != BASELINE, kv[0])))
+
+
+SHARED_WARMUP = "starts/warm/verifier"
+
+
+def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float) -> None:
+    """Count a committed verifier warm-up of `flops` FLOPs in every run whose verifier started from it
+    (`verifier.init` ending in starts/warm/verifier): its warm-up, and every point of its FLOPs curve."""
+    for runs in arms.values():
+        for run in runs.values():
+            if run.verifier_init.rstrip("/").endswith(SHARED_WARMUP):
+                run.warmup_flops += flops
+                run.flops = [f + flops for f in run.flops]
+
+
+def shared_warmup_flops(study_dir: Path) -> float:
+    """The FLOPs of the study's committed verifier warm-up (the last `compute/total/flops` its record
+    logged), or 0 where the study keeps none."""
+    record = study_dir / "starts" / "warm"
+    if not (record / "metrics.jsonl.gz").is_file() and not (record / "metrics.jsonl").is_file():
+        return 0.0
+    flops = 0.0
+    for row in load_metrics(record):
+        flops = row.get("eval/compute/total/flops", row.get("flops/total", flops))
+    return float(flops)
 
 
 def steps_to_reach(steps: list[int], acc: list[float], target: float) -> int | None:
@@ -145,8 +178,13 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         equal = "–"
         if long is not None and arm not in (BASELINE, LONG):
             # the generator's share alone: GRPO's curve is shifted by no warm-up
-            shown = [at_flops(long[3], long[1], budget) for budget in (flops, flops - warm)]
-            equal = " (".join("past its end" if x is None else f"{x:.3f}" for x in shown) + ")"
+            per_step = long[3][-1] / long[0][-1] if long[0][-1] else 0.0
+            shown = []
+            for budget in (flops, flops - warm):
+                x = at_flops(long[3], long[1], budget)
+                shown.append(f"{x:.3f}" if x is not None else
+                             f"past its end: ≈{budget / per_step:,.0f} steps" if per_step else "past its end")
+            equal = " (".join(shown) + ")"
         alphas = [r.alpha for r in runs.values() if r.alpha is not None]
         trusts = [r.trust for r in runs.values() if r.trust is not None]
         alpha = "–" if not alphas else f"{sum(alphas) / len(alphas):.4f}" + (
@@ -203,6 +241,7 @@ def build_study(study_dir: str | Path) -> str:
     """Table (printed and written to table.md) and curves.png of a study directory."""
     study_dir = Path(study_dir)
     arms = load_study(study_dir)
+    add_shared_warmup(arms, shared_warmup_flops(study_dir))
     start_eval = study_dir / "starts" / "sft" / "eval.json"
     start = None
     if start_eval.is_file():
@@ -290,3 +329,122 @@ def world_table(worlds_dir: str | Path, split: str = "test") -> str:
         m = json.loads(ev.read_text(encoding="utf-8")).get("verifier_warmup", {}).get(split, {})
         rows.append(world_row(ev.parent.name, m)[0])
     return "\n".join(rows)
+
+
+# ---------------------------------------------------------------- a gain across settings
+
+def _lookup(data, key: str):
+    """The value at a slash-separated key; metric names hold slashes themselves (`gap/verifier`), so at
+    each level the whole rest of the key is tried before its first part."""
+    parts = key.split("/")
+    while parts:
+        if not isinstance(data, dict):
+            return None
+        if "/".join(parts) in data:
+            return data["/".join(parts)]
+        data, parts = data.get(parts[0]), parts[1:]
+    return data
+
+
+def _measured(spec_dir: Path, setting: dict, x: dict) -> float:
+    path = spec_dir / str(setting.get("measured", ""))
+    if not path.is_file():
+        raise UserError(f"setting {setting.get('name')!r}: its measurement {path} is not a file")
+    try:
+        value = _lookup(json.loads(path.read_text(encoding="utf-8")), str(x.get("key", "")))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"setting {setting.get('name')!r}: {path} is no JSON ({err})") from None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise UserError(f"setting {setting.get('name')!r}: {path} has no number at {x.get('key')!r}")
+    return 1.0 - float(value) if x.get("one_minus") else float(value)
+
+
+def gains_table(spec_path: str | Path) -> tuple[str, list[dict]]:
+    """Co-training's gain over GRPO in each of several settings, against a measured property of each.
+
+    The spec (YAML) names the property and the settings; paths are relative to the spec's directory:
+
+        x: {label: all-wrong groups of 8 at the start, key: generator/test/pass@8, one_minus: true}
+        arm: tango                  # the arm paired with grpo (default tango)
+        settings:
+          - {name: SFT step 500, runs: step_500, measured: step_500.json}
+
+    `runs` is a study directory (`<arm>/seed<S>/`, as `cotrain study` reads); `measured` a JSON file
+    whose number at `key` (slash-separated; metric names may hold slashes) is the setting's x, or 1 − it.
+    The label-free gain is the `labelfree` arm's final test pass@1 against the study's start
+    (`starts/sft/eval.json`), where both are there.
+
+    Returns:
+        (markdown table, one dict per setting: name, x, gain (Paired or None), labelfree (Paired or None)).
+    """
+    spec_path = Path(spec_path)
+    spec = read_yaml_mapping(spec_path, "the gains spec")
+    x, arm, settings = spec.get("x"), str(spec.get("arm", "tango")), spec.get("settings")
+    if not isinstance(x, dict) or "key" not in x:
+        raise UserError(f"{spec_path}: `x` must be a mapping with a `key` (and a `label`)")
+    if not isinstance(settings, list) or not settings or not all(isinstance(s, dict) for s in settings):
+        raise UserError(f"{spec_path}: `settings` must be a non-empty list of mappings")
+    label = str(x.get("label", x["key"]))
+    lines = [f"| setting | {label} | seeds | grpo test pass@1 | {arm} test pass@1 | {arm} − grpo (points) | "
+             "label-free gain over the start (points) | CPU |", "|---|---:|---|---|---|---|---|---|"]
+    points = []
+    for setting in settings:
+        name = str(setting.get("name", setting.get("runs")))
+        value = _measured(spec_path.parent, setting, x)
+        arms = load_study(spec_path.parent / str(setting.get("runs", "")))
+        finals = {a: {s: r.final("test") for s, r in runs.items() if r.final("test") is not None}
+                  for a, runs in arms.items()}
+        base, co = finals.get(BASELINE, {}), finals.get(arm, {})
+        gain = paired_difference(base, co, POINTS) if set(base) & set(co) else None
+        lf = None
+        start_eval = spec_path.parent / str(setting.get("runs", "")) / "starts" / "sft" / "eval.json"
+        if finals.get(LABELFREE) and start_eval.is_file():
+            start = json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
+            if start is not None:
+                lf = paired_difference({s: start for s in finals[LABELFREE]}, finals[LABELFREE], POINTS)
+        seeds = sorted(gain.seeds) if gain else []
+        cpus = ", ".join(sorted({r.cpu for runs in arms.values() for r in runs.values()}))
+        lines.append(f"| {name} | {value:.3f} | {','.join(map(str, seeds)) or '–'} | "
+                     f"{_cell([base[s] for s in seeds])} | {_cell([co[s] for s in seeds])} | "
+                     f"{gain.text() if gain else '–'} | {lf.text() if lf else '–'} | {cpus} |")
+        points.append({"name": name, "x": value, "gain": gain, "labelfree": lf})
+    return "\n".join(lines), points
+
+
+def plot_gains(points: list[dict], path: str | Path, xlabel: str, arm: str = "tango") -> None:
+    """Each setting's paired gain over GRPO (and the label-free gain, where there is one) against its x,
+    with 95% CIs as error bars and the settings named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, label, marker in (("gain", f"{arm} − grpo", "o"), ("labelfree", "label-free − start", "s")):
+        shown = [p for p in points if p[key] is not None]
+        if not shown:
+            continue
+        xs, ys = [p["x"] for p in shown], [p[key].mean for p in shown]
+        err = [[0.0 if math.isnan(p[key].lo) else p[key].mean - p[key].lo for p in shown],
+               [0.0 if math.isnan(p[key].hi) else p[key].hi - p[key].mean for p in shown]]
+        ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=4, label=label)
+        for p in shown:
+            ax.annotate(p["name"], (p["x"], p[key].mean), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("gain, points of greedy pass@1 (test; 95% CI)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def build_gains(spec_path: str | Path) -> str:
+    """The table (printed, and written beside the spec as <spec>.md) and figure (<spec>.png) of a gains spec."""
+    spec_path = Path(spec_path)
+    text, points = gains_table(spec_path)
+    spec = read_yaml_mapping(spec_path, "the gains spec")
+    x = spec["x"]
+    spec_path.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
+    plot_gains(points, spec_path.with_suffix(".png"), str(x.get("label", x["key"])), str(spec.get("arm", "tango")))
+    return text
