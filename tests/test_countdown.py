@@ -97,6 +97,7 @@ def test_solve_and_check_question():
     task = CountdownTask()
     assert task.check_question(Q) == (True, True)
     assert task.check_question("1,1:5") == (True, False)             # no solution
+    assert task.check_question("1,1:5", solvable=False) == (True, True)  # form and limits alone
     assert task.check_question("3,5,7,2,1:22") == (True, False)      # 5 numbers: more than the task's 4
     assert task.check_question("3,5,7,2,1:22", max_ops=4) == (True, True)
     assert task.check_question("3,15:18") == (True, False)           # 15 > max_number

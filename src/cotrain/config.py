@@ -285,6 +285,9 @@ class SelfPlayConfig(_Section):
     question_max_new_tokens: int = Field(24, ge=1, description="Length limit of a proposed question.")
     max_ops: int | None = Field(None, ge=1, description="arith validity: most operations (default: the task's).")
     max_operand: int | None = Field(None, ge=1, description="arith validity: largest operand (default: the task's).")
+    check_solvable: bool = Field(True, description=(
+        "countdown validity: a proposed instance is valid only when the task's exact solver finds a solution "
+        "(an oracle on the proposer's reward path); false: its form and limits alone."))
     proposer_warmup_steps: int = Field(0, ge=0, description=(
         "SFT steps teaching the proposer the task's question format on train-split questions (no answers)."))
     seed_questions: int = Field(512, ge=1, description="Train-split questions, without answers, that seed the buffer.")

@@ -31,7 +31,7 @@ Deviations, and why:
 
 Metrics: `prop/*` as in triad, `gen/*` (the solver), `judge/*`, `rel/cons|sep|stab` (over the
 proposed questions), `rel/pass_share`, and the ground-truth monitors `gt/strong_acc`, `gt/weak_acc`,
-`gt/judge_agree`, `gt/proposed_solver_acc`, `gap/judge` and `gap/majority` (over each question's C
+`gt/judge_agree`, `gt/proposed_solver_acc`, `gt/proposed_solvable`, `gap/judge` and `gap/majority` (over each question's C
 candidates).
 
 Safeguard (`safeguard.enabled`, train/safeguard.py): every `safeguard.every` steps a probe has the

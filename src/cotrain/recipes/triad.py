@@ -34,7 +34,8 @@ Deviations, and why:
 
 Metrics: `prop/*` (reward, valid, parsable, distinct, n_ops, max_operand: the size of the proposed
 questions), `gen/*` (the solver), `judge/*`, and the ground-truth monitors `gt/solver_acc`,
-`gt/judge_agree`, `gt/proposed_solver_acc`, `gap/judge` (accuracy of the answers the judge approves
+`gt/judge_agree`, `gt/proposed_solver_acc`, `gt/proposed_solvable` (the share of the valid proposals
+with a known answer: below 1 only with `selfplay.check_solvable: false` on countdown), `gap/judge` (accuracy of the answers the judge approves
 minus accuracy of all) and `gap/majority` (maj@G minus one answer's accuracy).
 
 Safeguard (`safeguard.enabled`, train/safeguard.py): every `safeguard.every` steps a probe has the

@@ -386,12 +386,13 @@ class ArithTask:
             return 0.0
 
     def check_question(self, question: str, max_ops: int | None = None,
-                       max_operand: int | None = None) -> tuple[bool, bool]:
+                       max_operand: int | None = None, solvable: bool = True) -> tuple[bool, bool]:
         """(parsable, valid) of a proposed question. Never raises.
 
         Parsable: in the arith notation. Valid: also within the size limits, 1..max_ops operations
         (default: the task's most) of the task's ops, operands at most max_operand (default: the
-        task's; `*` at most max_mul_operand), and results within MAX_DIGITS - 1 digits.
+        task's; `*` at most max_mul_operand), and results within MAX_DIGITS - 1 digits. Every such
+        question has an answer, so `solvable` changes nothing here.
         """
         parsed = parse_question(question)
         if parsed is None:

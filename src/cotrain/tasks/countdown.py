@@ -418,11 +418,13 @@ class CountdownTask:
         return error_kind(problem.question, completion)
 
     def check_question(self, question: str, max_ops: int | None = None,
-                       max_operand: int | None = None) -> tuple[bool, bool]:
+                       max_operand: int | None = None, solvable: bool = True) -> tuple[bool, bool]:
         """(parsable, valid) of a proposed question. Never raises.
 
         Valid: 2..max_ops + 1 numbers (default: the task's most), each 1..max_operand (default:
-        max_number), a target in 1..max_value, and a solution with the task's ops (`solve`).
+        max_number), a target in 1..max_value, and (with `solvable`) a solution with the task's ops
+        found by the exact solver (`solve`): an oracle, which `solvable=False` leaves out, so that
+        validity is the question's form and limits alone.
         """
         parsed = parse_question(question)
         if parsed is None:
@@ -432,7 +434,7 @@ class CountdownTask:
         largest = self.max_number if max_operand is None else max_operand
         valid = (2 <= len(numbers) <= min(most, 6) and all(1 <= x <= largest for x in numbers)
                  and 1 <= target <= self.max_value)
-        return True, valid and solve(question, self.ops) is not None
+        return True, valid and (not solvable or solve(question, self.ops) is not None)
 
     def size(self, question: str) -> dict[str, float]:
         """How big a question is: the steps it takes and its largest number ({} when unparsable)."""

@@ -127,13 +127,14 @@ class Proposals:
     fresh: list[str]                   # the distinct valid questions, in order
 
 
-def check_question(task, question: str | None, max_ops: int | None, max_operand: int | None) -> tuple[bool, bool]:
-    """(parsable, valid) of a proposed question: the task's own check where it has one, else any
-    non-empty question is both."""
+def check_question(task, question: str | None, max_ops: int | None, max_operand: int | None,
+                   solvable: bool = True) -> tuple[bool, bool]:
+    """(parsable, valid) of a proposed question: the task's own check where it has one (with
+    `solvable`, its exact solver's too where it has one), else any non-empty question is both."""
     if question is None:
         return False, False
     if hasattr(task, "check_question"):
-        return task.check_question(question, max_ops=max_ops, max_operand=max_operand)
+        return task.check_question(question, max_ops=max_ops, max_operand=max_operand, solvable=solvable)
     return True, True
 
 
@@ -150,7 +151,7 @@ def propose(cfg: RunConfig, task, proposer: tuple, example: str, compute: Comput
     chat = uses_chat(ptok)
     proposed = [proposer_role.parse(t, chat=chat) for t in decode_completions(ptok, pro.completion_ids,
                                                                                pro.completion_mask)]
-    checks = [check_question(task, q, sp.max_ops, sp.max_operand) for q in proposed]
+    checks = [check_question(task, q, sp.max_ops, sp.max_operand, sp.check_solvable) for q in proposed]
     fresh = list(dict.fromkeys(q for q, (_, valid) in zip(proposed, checks) if valid))
     return Proposals(pro, proposed, checks, fresh)
 
@@ -170,9 +171,12 @@ def proposer_backward(cfg: RunConfig, proposer: tuple, props: Proposals, rewards
 
 def proposer_metrics(task, props: Proposals, rewards: torch.Tensor, stats: dict, grad_norm: float) -> dict:
     """prop/*: reward, parsable, valid, distinct, the size of the proposed questions (n_ops,
-    max_operand), length, entropy, and the update's statistics."""
+    max_operand), length, entropy, and the update's statistics; and gt/proposed_solvable, the share of
+    the valid proposals the task can solve (a metric: below 1 only where validity leaves the solver out)."""
     sizes = [task.size(q) for q in props.questions if q is not None] if hasattr(task, "size") else []
     sizes = [s for s in sizes if s]
+    solvable = ({"gt/proposed_solvable": mean([float(task.problem_of(q) is not None) for q in props.fresh])}
+                if props.fresh and hasattr(task, "problem_of") else {})
     return {"prop/reward": rewards.mean().item(), "prop/reward_std": rewards.std().item(),
             "prop/parsable": mean([float(p) for p, _ in props.checks]),
             "prop/valid": mean([float(ok) for _, ok in props.checks]),
@@ -180,7 +184,7 @@ def proposer_metrics(task, props: Proposals, rewards: torch.Tensor, stats: dict,
             **{k: x for k, x in rollout_metrics("prop", props.rollout).items() if k != "prop/len_clipped_ratio"},
             "prop/grad_norm": grad_norm,
             **{f"prop/{k}": mean([s[k] for s in sizes]) for k in ("n_ops", "max_operand") if sizes},
-            **{f"prop/{k}": x for k, x in stats.items() if "tokens" not in k}}
+            **{f"prop/{k}": x for k, x in stats.items() if "tokens" not in k}, **solvable}
 
 
 def proposer_warm_up(cfg: RunConfig, session: Session, m: SelfPlayModels, seeds: list[str], compute: Compute,
