@@ -206,6 +206,7 @@ def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_veri
     ("reliability", {"reliability": {"solver_loss": "pg", "filter": False, "n_best_of": 1, "best_of": 3},
                      "selfplay": {"judge_early_stop": True, "judge_passes": 3}}),
     ("reliability", {"reliability": {"solver_loss": "rank", "n_old": 0}, "selfplay": {"shared_model": True}}),
+    ("reliability", {"reliability": {"pairwise": True, "pairs_per_question": 2}}),
 ])
 def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
     start, _ = sft_run
@@ -219,6 +220,9 @@ def test_selfplay_smoke(sft_run, warm_verifier, tmp_path, recipe, overrides):
     for key in keys:
         assert all(math.isfinite(r[key]) for r in rows), key
     assert all(0 <= r["prop/valid"] <= r["prop/parsable"] <= 1 for r in rows)
+    if raw["reliability"].get("pairwise"):  # R_stab from the judge's pairwise prompt, the pointwise reading beside it
+        assert all(0 <= r["judge/pair_stated"] <= 1 and 0 <= r["rel/stab_pointwise"] <= 1 for r in rows)
+        assert all(r["time/prefer"] > 0 for r in rows)
     # the judge's and the majority's gaps over the answers whose truth is known (seed questions always are)
     assert all(-1 <= r["gap/judge"] <= 1 and -1 <= r["gap/majority"] <= 1 for r in rows)
     assert any(r["prop/valid"] > 0 for r in rows), "the proposer warm-up taught no valid question"

@@ -289,3 +289,50 @@ def test_consistency_rewards_by_hand():
     assert r.tolist() == pytest.approx([1.0, 0.25, 0.75, 0.0])
     with pytest.raises(ValueError):
         consistency_rewards([True], [True, False], 0.5)
+
+
+def test_preference_stability_counts_an_unstated_judgment_but_never_as_the_mode():
+    """Pair 1: passes 1, 1, UNSTATED -> mode 1 in 2 of 3; pair 2: UNSTATED three times -> 0 of 3.
+    Mean (2/3 + 0) / 2 = 1/3."""
+    from cotrain.train.selfplay import UNSTATED
+
+    prefs = torch.tensor([[1.0, 1.0, UNSTATED], [UNSTATED, UNSTATED, UNSTATED]])
+    assert preference_stability(prefs).item() == pytest.approx(1 / 3)
+
+
+def test_preference_metrics_by_hand():
+    """Two questions of C = 3 candidates; truth: q0 (right, wrong, right), q1 (wrong, wrong, None).
+    q0's pairs (0,1) and (1,2) have one right and one wrong candidate: the right one is first in (0,1)
+    and second in (1,2); (0,2) are both right and do not count. Judgments: (0,1): 1, 1 (both agree);
+    (0,2): 0, 1; (1,2): -1, UNSTATED (one agrees). q1's pair (0,1) is two wrong ones: no count.
+    gt/pair_agree = 3 / 4; stated: 7 of 8 judgments."""
+    from cotrain.train.selfplay import UNSTATED, preference_metrics
+
+    prefs = [torch.tensor([[1.0, 1.0], [0.0, 1.0], [-1.0, UNSTATED]]), torch.tensor([[1.0, -1.0]])]
+    chosen = [[(0, 1), (0, 2), (1, 2)], [(0, 1)]]
+    correct = [True, False, True, False, False, None]
+    m = preference_metrics(prefs, chosen, correct, 3)
+    assert m == {"judge/pair_stated": pytest.approx(7 / 8), "gt/pair_agree": pytest.approx(3 / 4)}
+
+
+def test_a_pairwise_warm_up_example_stands_a_solution_beside_the_reference_or_its_corruption():
+    """For every example: the problem's question, the given solution one of the two, the other the
+    reference or a corruption of it (one wrong step), and a target whose preference is the ground truth's."""
+    import random
+
+    from cotrain.roles.verifier import parse_preference
+    from cotrain.tasks.arith import ArithTask
+    from cotrain.train.verifier import pair_example
+
+    task, rng = ArithTask(), random.Random(0)
+    seen = set()
+    for p in task.problems("train", 40, seed=2):
+        wrong = task.corrupt(p, 0, random.Random(1))[1]
+        for given in (p.solution, wrong):
+            question, first, second, target = pair_example(task, p, given, rng)
+            assert question == p.question and given in (first, second)
+            other = second if first == given else first
+            right = [task.grade(s, p) >= 1 for s in (first, second)]
+            assert parse_preference(target) == int(right[0]) - int(right[1])
+            seen.add((other == p.solution, first == given))
+    assert seen == {(True, True), (True, False), (False, True), (False, False)}  # both kinds, both orders

@@ -135,6 +135,29 @@ def test_tango_variants_run(sft_run, tmp_path, overrides):
     assert all(math.isfinite(r.get("gen/loss", 0.0)) for r in _rows(tmp_path))
 
 
+def test_a_pairwise_warm_up_mixes_pair_judgments_into_each_batch(sft_run, tmp_path, monkeypatch):
+    """verifier.warmup_pair_frac 0.25 of batches of 8: each of its 3 steps holds 2 pairwise examples
+    (prompts with the pair separator) beside 6 pointwise ones; 0 gives none."""
+    from cotrain.roles.verifier import PAIR_SEPARATOR
+
+    start, _ = sft_run
+    seen = []
+    encode = train_verifier.encode_pair_prompts
+
+    def spy(tok, questions, firsts, seconds):
+        ids = encode(tok, questions, firsts, seconds)
+        seen.append([PAIR_SEPARATOR in tok.decode(x) for x in ids])
+        return ids
+    monkeypatch.setattr(train_verifier, "encode_pair_prompts", spy)
+    for frac, expected in ((0.25, [[True, True]] * 3), (0.0, [])):
+        seen.clear()
+        raw = tango_config(start, train={"steps": 0}, eval={"k": 0, "n": 10, "every": 0})
+        raw["verifier"] = {**raw["verifier"], "warmup_sft_steps": 3, "warmup_batch_size": 8, "warmup_samples": 16,
+                           "warmup_pair_frac": frac}
+        run_recipe(build_config(raw), tmp_path / str(frac))
+        assert seen == expected
+
+
 def _golden_config(start: Path) -> dict:
     return tango_config(start, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 1},
                         eval={"k": 0, "n": 20, "every": 0})

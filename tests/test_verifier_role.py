@@ -97,3 +97,53 @@ def test_corrupt_several_steps():
         assert task.step_labels(p, steps)[:3] == [False, True, False]
     with pytest.raises(ValueError):
         task.corrupt(p, [], rng)
+
+
+# ----------------------------------------------------------------------------- pairwise judgments
+
+@pytest.mark.parametrize("text,preference", [
+    ("12+34=46 46 ok\n#ok\n12+34=46 47 no\n#no\n>a", 1),
+    ("#no\n#ok\n>b", -1),
+    ("#ok\n#ok\n>=", 0),
+    ("Solution A:\nFinal: CORRECT\nSolution B:\nFinal: INCORRECT\nPreferred: A", 1),
+    ("Preferred: **B**.", -1),
+    ("Preferred: same", 0),
+    ("#ok\n#no", None),          # no preference line
+    (">c", None),                # a line that names neither
+    ("", None),
+])
+def test_parse_preference_table(text, preference):
+    from cotrain.roles.verifier import parse_preference
+
+    assert parse_preference(text) == preference
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_parse_preference_never_raises(text):
+    from cotrain.roles.verifier import parse_preference
+
+    assert parse_preference(text) in (1, -1, 0, None)
+
+
+def test_pair_prompt_and_reference_pair_by_hand():
+    """Problem 12+34-5 (46, then 41); the reference and a copy whose second step claims 42 (wrong). The
+    pair prompt shows both with equations flipped around the separator; the target checks each, then
+    prefers the right one: 'a' when it is first, 'b' when second, '=' for two right ones."""
+    from cotrain.roles.verifier import PAIR_MARK, PAIR_SEPARATOR, pair_plain_prompt, parse_preference, reference_pair
+
+    task = ArithTask()
+    from cotrain.tasks.base import Problem
+
+    p = Problem(question="12+34-5", answer="41", steps=("12+34=46", "46-5=41"), solution="12+34=46\n46-5=41\n#41")
+    wrong = "12+34=46\n46-5=42\n#42"
+    assert pair_plain_prompt(p.question, p.solution, wrong) == \
+        f"12+34-5\n46=12+34\n41=46-5\n#41\n{PAIR_SEPARATOR}\n46=12+34\n42=46-5\n#42\n{PAIR_MARK}\n"
+    first = reference_pair(task, p, p.solution, wrong)
+    assert first == (reference_verification(task, p, p.solution) + "\n" + reference_verification(task, p, wrong)
+                     + "\n>a")
+    assert parse_preference(first) == 1
+    assert parse_preference(reference_pair(task, p, wrong, p.solution)) == -1
+    assert parse_preference(reference_pair(task, p, p.solution, p.solution)) == 0
+    chat = reference_pair(task, p, wrong, p.solution, chat=True)
+    assert chat.startswith("Solution A:\nStep 1:") and chat.endswith("Preferred: B") and parse_preference(chat) == -1

@@ -210,6 +210,11 @@ class VerifierConfig(_Section):
     warmup_error_rate: float = Field(0.0, ge=0, le=1, description=(
         "In an injected-error example, the chance that each further step is wrong too (one step always is): "
         "claims that are often wrong teach the verifier to recompute rather than copy the claimed result."))
+    warmup_pair_frac: float = Field(0.0, ge=0, le=1, description=(
+        "Share of each SFT warm-up batch given as pairwise judgments (roles/verifier.py): a warm-up example beside "
+        "the reference solution or the reference with an injected error, in random order, checked each in turn "
+        "and ending with the right one preferred; teaches a judge to compare (`reliability.pairwise`). Like the "
+        "rest of the warm-up, it reads the ground truth."))
     warmup_rl_steps: int = Field(0, ge=0, description="Verifier-only RL steps after the SFT warm-up (RL Tango: 40).")
     draft_tokens: int = Field(0, ge=0, le=64, description=(
         "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
@@ -328,6 +333,12 @@ class ReliabilityConfig(_Section):
     thresholds: dict[str, float] = Field({"cons": 0.85, "sep": 0.1, "stab": 0.7}, description=(
         "The solver trains only on questions with every signal at or above these."))
     filter: bool = Field(True, description="Train the solver only on questions above the thresholds (false: on all).")
+    pairwise: bool = Field(False, description=(
+        "R_stab from pairwise judgments: the judge is shown two candidates at once and states its preference, "
+        "judge_passes times per pair (its warm-up needs verifier.warmup_pair_frac); false: preferences read "
+        "from the pointwise scores of each pass."))
+    pairs_per_question: int = Field(0, ge=0, description=(
+        "With pairwise: the candidate pairs judged per question, drawn at random (0: all C(C-1)/2)."))
     solver_loss: Literal["dpo", "pg", "rank"] = Field("dpo", description=(
         "Solver update: DPO on (best, worst) judged candidates, policy gradient on judge scores, or a ranking loss."))
     dpo_beta: float = Field(0.1, gt=0, description="DPO temperature beta.")

@@ -43,6 +43,33 @@ def verify(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, questions
     return ro, texts, [vrole.parse(t, k) for t, k in zip(texts, n_steps)]
 
 
+def encode_pair_prompts(tokenizer: PreTrainedTokenizerBase, questions: list[str], firsts: list[str],
+                        seconds: list[str]) -> list[list[int]]:
+    """Token ids of each pairwise judge prompt (chat template when present, else the plain prompt)."""
+    firsts, seconds = [c[:MAX_SOLUTION_CHARS] for c in firsts], [c[:MAX_SOLUTION_CHARS] for c in seconds]
+    if uses_chat(tokenizer):
+        return [tokenizer.apply_chat_template(vrole.pair_chat_messages(q, a, b), add_generation_prompt=True,
+                                              tokenize=True, return_dict=False)
+                for q, a, b in zip(questions, firsts, seconds)]
+    return [tokenizer(vrole.pair_plain_prompt(q, a, b))["input_ids"] for q, a, b in zip(questions, firsts, seconds)]
+
+
+def prefer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, questions: list[str], firsts: list[str],
+           seconds: list[str], *, group_size: int = 1, temperature: float = 1.0, max_new_tokens: int = 128,
+           seed: int | None = None, bf16: bool = False) -> tuple[Rollout, list[int | None]]:
+    """`group_size` pairwise judgments of each (question, first, second), groups contiguous; never raises
+    on malformed text.
+
+    Returns:
+        (rollout [N*group_size rows], each judgment's preference: 1 first, -1 second, 0 neither, None
+        unparsable).
+    """
+    prompts = encode_pair_prompts(tokenizer, questions, firsts, seconds)
+    ro = generate(model, prompts, group_size=group_size, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
+                  pad_id=tokenizer.pad_token_id, temperature=temperature, seed=seed, bf16=bf16)
+    return ro, [vrole.parse_preference(t) for t in decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)]
+
+
 def verify_batched(model, tokenizer, questions: list[str], completions: list[str], *, batch_size: int = 256,
                    **kwargs) -> list[vrole.Verification]:
     """`verify` in batches of `batch_size` pairs (group_size 1), the parsed verifications only."""

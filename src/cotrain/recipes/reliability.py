@@ -12,7 +12,10 @@ Algorithm (formulas in docs/design.md, "Label-free recipes"), each step:
             `weak_temperature`, and `n_old` from the solver's start checkpoint).
   judge     `judge_passes` pointwise passes per candidate: scores [C, P]; R_cons = 1 - mean Var over
             passes, R_sep = E[J(strong)] - E[J(weak)], R_stab = agreement of the pairwise
-            preferences across passes.
+            preferences across passes: with `reliability.pairwise`, `judge_passes` pairwise judgments
+            of each candidate pair (the judge shown both, stating its preference; its warm-up,
+            `verifier.warmup_pair_frac`, reads the ground truth as the pointwise warm-up does), else
+            read from each pass's pointwise scores.
   proposer  reward = weighted sum of the signals of its question (`reliability.weights`);
             `invalid_reward` / `malformed_reward` for questions outside the limits / unparsable.
   solver    trains only on questions whose signals all pass `reliability.thresholds` (all
@@ -23,14 +26,16 @@ Algorithm (formulas in docs/design.md, "Label-free recipes"), each step:
   update    one optimizer step per model on the sum of its roles' losses.
 
 Deviations, and why:
-  - Pairwise preferences are read from each pass's pointwise scores (pass k prefers a_i over a_j
-    when s_i > s_j), not asked of the judge with a pairwise prompt.
+  - By default pairwise preferences are read from each pass's pointwise scores (pass k prefers a_i
+    over a_j when s_i > s_j); `reliability.pairwise: true` asks the judge with a pairwise prompt, as
+    research/004 describes, at the cost of one judgment of two solutions per pair and pass.
   - Best-of-N picks by self-consistency (a sample with the majority answer of N), not by the
     judge's score: choosing by the judge would make the separation signal circular.
   - The judge scores by the verifier's verdict, as in triad.
 
 Metrics: `prop/*` as in triad, `gen/*` (the solver), `judge/*`, `rel/cons|sep|stab` (over the
-proposed questions), `rel/pass_share`, and the ground-truth monitors `gt/strong_acc`, `gt/weak_acc`,
+proposed questions; with pairwise judgments also `rel/stab_pointwise`, the pointwise reading beside it,
+`judge/pair_stated` and `gt/pair_agree`), `rel/pass_share`, and the ground-truth monitors `gt/strong_acc`, `gt/weak_acc`,
 `gt/judge_agree`, `gt/proposed_solver_acc`, `gt/proposed_solvable`, `gap/judge` and `gap/majority` (over each question's C
 candidates).
 
@@ -72,6 +77,8 @@ from cotrain.train.selfplay import (
     judge_agreement,
     judge_gaps,
     mean,
+    judge_preferences,
+    preference_metrics,
     propose,
     proposer_backward,
     proposer_metrics,
@@ -140,7 +147,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- reliability signals and rewards
         strong_t = torch.tensor(strong)
-        signals = [reliability_signals(scores[i], strong_t) for i in range(len(questions))]
+        prefs, pairs = judge_preferences(cfg, m.judge, questions, texts, compute, step, timer) if rel.pairwise else (None, None)
+        signals = [reliability_signals(scores[i], strong_t, prefs[i] if prefs else None) for i in range(len(questions))]
         passed = [passes_thresholds(s, rel.thresholds) for s in signals]
         per_question = {}
         for q, s in zip(questions, signals):
@@ -168,10 +176,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- log / eval / checkpoint
         correct = gt_correct(task, truth_of, asked, answers)  # ground truth: metrics only
         extracted = [task.extract_answer(a) for a in answers]
-        by_regime = {"strong": [], "weak": []}
-        for k, c in enumerate(correct):
-            if c is not None:
-                by_regime["strong" if strong[k % C] else "weak"].append(float(c))
+        by_regime = _by_regime(correct, strong)
         fresh = signals[:len(props.fresh)]
         metrics = {
             **proposer_metrics(task, props, prop_rewards, prop_st, grad_norms[id(proposer)]),
@@ -183,6 +188,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "judge/score_var": scores.var(dim=2, unbiased=False).mean().item(),
             "judge/distinct": judged.distinct, "judge/drawn": judged.drawn,
             **{f"rel/{k}": mean([s[k] for s in fresh]) for k in ("cons", "sep", "stab") if fresh},
+            **({"rel/stab_pointwise": mean([reliability_signals(scores[i], strong_t)["stab"] for i in range(len(fresh))]),
+                **preference_metrics(prefs, pairs, correct, C)} if prefs else {}),
             "rel/pass_share": mean([float(p) for p in passed[:len(props.fresh)]]) if props.fresh else 0.0,
             "rel/pass_share_all": mean([float(p) for p in passed]),
             "rel/trained_questions": float(len(trained)),
@@ -210,6 +217,17 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
 
 # ---------------------------------------------------------------------- candidates from the sampling regimes
+
+
+def _by_regime(correct: list[bool | None], strong: list[bool]) -> dict[str, list[float]]:
+    """The ground-truth correctness (metrics only) of the candidates of known truth, by sampling regime;
+    `correct` holds each question's C candidates in turn, `strong` says which of the C are strong."""
+    by_regime = {"strong": [], "weak": []}
+    for k, c in enumerate(correct):
+        if c is not None:
+            by_regime["strong" if strong[k % len(strong)] else "weak"].append(float(c))
+    return by_regime
+
 
 
 def _candidates(cfg: RunConfig, task, solver, tok, older, questions: list[str], compute: Compute, step: int,

@@ -218,7 +218,8 @@ def preference_stability(prefs: torch.Tensor) -> torch.Tensor:
     """Mean over pairs of the fraction of passes that agree with the pair's modal preference.
 
     Args:
-        prefs: [n, P] preferences in {-1, 0, 1} (i preferred / tie / j preferred), P >= 1.
+        prefs: [n, P] preferences in {-1, 0, 1} (j preferred / tie / i preferred), P >= 1; any other
+            value (a judgment that stated none) is counted in P but never forms the mode.
 
     Returns:
         A 0-dim tensor in [1/3, 1]; 1.0 when there are no pairs.

@@ -188,3 +188,92 @@ def reference_verification(task, problem, completion: str, chat: bool = False) -
     rationales = task.step_rationales(problem, steps) if hasattr(task, "step_rationales") else [""] * len(steps)
     final_note = task.final_rationale(problem, steps) if hasattr(task, "final_rationale") else ""
     return render(list(rationales), labels, correct, chat=chat, final_rationale=final_note)
+
+
+# ----------------------------------------------------------------------------- pairwise judgments
+#
+# A pairwise judge is shown two solutions of one problem, A and B, checks each in turn as it would
+# alone, and ends with its preference:
+#
+#     tiny world (plain prompt)               chat models
+#     <check of A>                            Solution A:
+#     <check of B>                            <check of A>
+#     >a        (A; `>b` B, `>=` neither)     Solution B:
+#                                             <check of B>
+#                                             Preferred: A     (B, or SAME)
+#
+# The checks before the preference are its rationale (a small model cannot compare two solutions in one
+# token); only the preference line is read.
+
+PAIR_SEPARATOR = "@vs"
+"""Line between the two solutions of a plain pairwise prompt."""
+PAIR_MARK = "@prefer"
+"""Line after the second solution: what tells a from-scratch model to compare."""
+
+CHAT_PAIR_INSTRUCTION = (
+    "Below are a problem and two proposed solutions, A and B, with numbered steps. Check each solution "
+    "step by step: write 'Solution A:', then one line 'Step k: <your check> CORRECT' or 'Step k: <your "
+    "check> INCORRECT' per step and a line 'Final: CORRECT' or 'Final: INCORRECT'; then the same under "
+    "'Solution B:'. End with one line 'Preferred: A' or 'Preferred: B' for the better solution, or "
+    "'Preferred: SAME' when neither is better.\n\nProblem: {question}\n\nSolution A:\n{first}\n\nSolution B:\n{second}")
+
+_PREFERENCES = {"a": 1, "b": -1, "=": 0, "same": 0}
+
+
+def pair_plain_prompt(question: str, first: str, second: str) -> str:
+    """Prompt of a from-scratch pairwise judge: the question, both solutions with their equations
+    flipped (`flip_equation`) and the separator between them, then the mark line."""
+    def shown(completion: str) -> str:
+        return "\n".join(flip_equation(line) for line in completion.strip().split("\n"))
+    return f"{question}\n{shown(first)}\n{PAIR_SEPARATOR}\n{shown(second)}\n{PAIR_MARK}\n"
+
+
+def pair_chat_messages(question: str, first: str, second: str) -> list[dict[str, str]]:
+    """Chat messages for an instruction-tuned pairwise judge; each solution's steps are numbered."""
+    def numbered(completion: str) -> str:
+        content = chat_messages("", completion)[0]["content"]
+        return content[content.index("Solution:\n") + len("Solution:\n"):]
+    return [{"role": "user", "content": CHAT_PAIR_INSTRUCTION.format(question=question, first=numbered(first),
+                                                                     second=numbered(second))}]
+
+
+def render_pair(check_first: str, check_second: str, preference: int, chat: bool = False) -> str:
+    """The pairwise judgment a judge should write (its SFT target): both checks (`render`'s output),
+    then the preference, 1 for the first solution, -1 for the second, 0 for neither."""
+    assert preference in (-1, 0, 1), "a preference is 1 (first), -1 (second) or 0"
+    if chat:
+        word = {1: "A", -1: "B", 0: "SAME"}[preference]
+        return f"Solution A:\n{check_first}\nSolution B:\n{check_second}\nPreferred: {word}"
+    return f"{check_first}\n{check_second}\n>{ {1: 'a', -1: 'b', 0: '='}[preference] }"
+
+
+def parse_preference(text: str) -> int | None:
+    """The preference a pairwise judgment ends with: 1 (the first solution, A), -1 (the second, B), 0
+    (neither), None when there is no preference line. The first line starting with `>` or
+    `Preferred` is read, case and surrounding punctuation ignored. Never raises."""
+    if not isinstance(text, str):
+        return None
+    for line in text.split("\n"):
+        line = line.strip()
+        if line.startswith(">"):
+            word = line[1:]
+        elif line.lower().startswith("preferred"):
+            word = line[len("preferred"):].lstrip(" :")
+        else:
+            continue
+        return _PREFERENCES.get(word.strip(" *.`'\"()[]!,").lower())
+    return None
+
+
+def reference_preference(task, problem, first: str, second: str) -> int:
+    """The ground-truth preference between two solutions: the right one over the wrong one, 0 when both
+    are right or both wrong (`task.grade`)."""
+    return int(task.grade(first, problem) >= 1.0) - int(task.grade(second, problem) >= 1.0)
+
+
+def reference_pair(task, problem, first: str, second: str, chat: bool = False) -> str:
+    """The pairwise judgment a judge should write for two solutions (its warm-up SFT target): the
+    `reference_verification` of each, then `reference_preference`. Reads the ground truth."""
+    return render_pair(reference_verification(task, problem, first, chat=chat),
+                       reference_verification(task, problem, second, chat=chat),
+                       reference_preference(task, problem, first, second), chat=chat)

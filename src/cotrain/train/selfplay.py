@@ -18,7 +18,7 @@ from cotrain.eval.verifier_metrics import verifier_gap
 from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
 from cotrain.models.generate import Rollout, concat_rollouts, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_proposer_prompts, uses_chat
-from cotrain.models.verify import verify
+from cotrain.models.verify import prefer, verify
 from cotrain.rl.selfplay import agreement_round, decided_scores, judge_score, role_advantages
 from cotrain.roles import proposer as proposer_role
 from cotrain.roles.verifier import Verification
@@ -289,6 +289,57 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
                            for i in range(len(answers))]).view(len(answers), passes)     # [N, P]
     return Judgement(jro, sampled, parsed, scores, len(distinct) / max(1, len(pairs)),
                      len(sampled) / max(1, len(distinct) * passes))
+
+
+# ---------------------------------------------------------------------- pairwise judgments (reliability)
+
+UNSTATED = 2.0
+"""A pairwise judgment without a preference line: a value of its own, never a pair's modal preference."""
+
+
+def judge_preferences(cfg: RunConfig, judge: tuple, questions: list[str], texts: list[list[str]], compute: Compute,
+                      step: int, timer: StepTimer) -> tuple[list[torch.Tensor], list[list[tuple[int, int]]]]:
+    """`selfplay.judge_passes` pairwise judgments (roles/verifier.py) of candidate pairs of each question:
+    every pair i < j of its C candidates, or `reliability.pairs_per_question` of them drawn at random.
+
+    Returns:
+        Per question, its preferences [n_pairs, P] (1: the pair's first candidate preferred, -1: the
+        second, 0: neither, UNSTATED: no preference line), and its pairs (i, j).
+    """
+    rel, passes = cfg.reliability, cfg.selfplay.judge_passes
+    model, jtok = judge
+    rng = random.Random(derive_seed(cfg.seed, "pairs", step))
+    every = [(i, j) for i in range(len(texts[0])) for j in range(i + 1, len(texts[0]))]
+    chosen = [sorted(rng.sample(every, min(rel.pairs_per_question, len(every)))) if rel.pairs_per_question else every
+              for _ in questions]
+    asked = [(q, row[i], row[j]) for q, row, pairs in zip(questions, texts, chosen) for i, j in pairs]
+    ro, prefs = prefer(model, jtok, *map(list, zip(*asked)), group_size=passes, temperature=cfg.verifier.temperature,
+                       max_new_tokens=2 * cfg.verifier.max_new_tokens + 16, seed=derive_seed(cfg.seed, "prefer", step),
+                       bf16=cfg.train.bf16)
+    forward, generated = rollout_tokens(ro)
+    compute.add("judge", forward=forward, generated=generated)
+    timer.lap("prefer", generated)
+    values = torch.tensor([UNSTATED if p is None else float(p) for p in prefs]).view(len(asked), passes)
+    bounds = [0]
+    for pairs in chosen:
+        bounds.append(bounds[-1] + len(pairs))
+    return [values[a:b] for a, b in zip(bounds, bounds[1:])], chosen
+
+
+def preference_metrics(prefs: list[torch.Tensor], chosen: list[list[tuple[int, int]]],
+                       correct: list[bool | None], n_candidates: int) -> dict[str, float]:
+    """judge/pair_stated, the share of pairwise judgments with a preference; and gt/pair_agree (ground
+    truth: metrics only), the share of the judgments of pairs with one right and one wrong candidate
+    that prefer the right one."""
+    stated = torch.cat(prefs) != UNSTATED if prefs else torch.zeros(0, dtype=torch.bool)
+    agree = []
+    for q, (values, pairs) in enumerate(zip(prefs, chosen)):
+        for row, (i, j) in zip(values.tolist(), pairs):
+            a, b = correct[q * n_candidates + i], correct[q * n_candidates + j]
+            if a is not None and b is not None and a != b:
+                agree += [float(v == (1.0 if a else -1.0)) for v in row]
+    return {"judge/pair_stated": stated.float().mean().item() if stated.numel() else 0.0,
+            **({"gt/pair_agree": mean(agree)} if agree else {})}
 
 
 # ---------------------------------------------------------------------- update and monitors

@@ -21,10 +21,10 @@ from cotrain.eval.verifier_metrics import verdict_metrics, verifier_gap
 from cotrain.models.build import load_model, save_model
 from cotrain.models.generate import Rollout, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
-from cotrain.models.verify import encode_verifier_prompts, step_ends, verify
+from cotrain.models.verify import encode_pair_prompts, encode_verifier_prompts, step_ends, verify
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.tango import class_weights, most_uncertain, process_advantages, step_rewards, verifier_rewards
-from cotrain.roles.verifier import Verification, parse, reference_verification, split_steps
+from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
 from cotrain.runs.rundir import Progress
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
@@ -267,12 +267,25 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
     return pairs
 
 
+def pair_example(task, problem, solution: str, rng: random.Random, chat: bool = False) -> tuple[str, str, str, str]:
+    """A pairwise warm-up example: (question, first, second, target). The warm-up example `solution`
+    stands beside a second solution of its problem: the reference, or (half the time, for tasks with
+    `corrupt`) the reference with an error injected at one step; their order is drawn. Where the problem
+    has no reference, the solution stands beside itself. The target is `reference_pair`."""
+    other = problem.solution or solution
+    if problem.steps and hasattr(task, "corrupt") and rng.random() < 0.5:
+        other = task.corrupt(problem, rng.randrange(len(problem.steps)), rng)[1]
+    first, second = (solution, other) if rng.random() < 0.5 else (other, solution)
+    return problem.question, first, second, reference_pair(task, problem, first, second, chat=chat)
+
+
 def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok, compute: Compute) -> dict[str, float]:
     """SFT of the verifier on `warmup_examples`, each labelled by `reference_verification`: a verdict
     per step and a final one, from the task's process labels (which step an error was injected at).
     This is the one place co-training reads process labels, a stated exception to "the verifier's RL
     reward never uses process labels" (RL Tango warms up by RL on outcomes alone:
-    `verifier.warmup_sft_steps: 0`, `warmup_rl_steps: 40`)."""
+    `verifier.warmup_sft_steps: 0`, `warmup_rl_steps: 40`). With `verifier.warmup_pair_frac` a share of
+    each batch is pairwise judgments instead (`pair_example`)."""
     v = cfg.verifier
     if v.warmup_sft_steps == 0:
         return {}
@@ -283,11 +296,18 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
                                                                         "schedule": "constant"}), v.warmup_sft_steps)
     losses = []
     rng = random.Random(derive_seed(cfg.seed, "warmup-order"))
+    pair_rng = random.Random(derive_seed(cfg.seed, "warmup-pairs"))
+    n_pairs = round(v.warmup_batch_size * v.warmup_pair_frac)
     progress = Progress(v.warmup_sft_steps, enabled=cfg.log.progress and dist.is_main(), desc="verifier warm-up (sft)")
     for step in range(1, v.warmup_sft_steps + 1):
-        idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size)]
+        idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size - n_pairs)]
         prompts = encode_verifier_prompts(vtok, [pairs[i][0].question for i in idx], [pairs[i][1] for i in idx])
-        st = supervised_step(verifier, opt, prompts, [encode_completion(vtok, targets[i]) for i in idx],
+        completions = [encode_completion(vtok, targets[i]) for i in idx]
+        judged = [pair_example(task, *pairs[pair_rng.randrange(len(pairs))], pair_rng, chat) for _ in range(n_pairs)]
+        if judged:
+            prompts += encode_pair_prompts(vtok, *map(list, zip(*[j[:3] for j in judged])))
+            completions += [encode_completion(vtok, j[3]) for j in judged]
+        st = supervised_step(verifier, opt, prompts, completions,
                              vtok.pad_token_id, max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
                              micro_batch_size=cfg.train.micro_batch_size)
         sched.step()
