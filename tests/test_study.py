@@ -202,3 +202,25 @@ def test_gains_across_settings_read_x_from_each_measurement_and_pair_by_seed(tmp
     (tmp_path / "dense.json").write_text("{}")
     assert main(["study", "--gains", str(spec)]) == 2
     assert "has no number at 'generator/test/pass@8'" in capsys.readouterr().err
+
+
+def test_verifier_table_pairs_the_co_trained_verifier_with_its_warm_up_by_seed(tmp_path, capsys):
+    """Two seeds of tango; on the generator's samples the warm-up verifier scores 0.90 and 0.92, the
+    co-trained one 0.93 and 0.92: differences 3 and 0 points, mean 1.5, sd 2.121, half-width 12.706 *
+    2.121 / sqrt(2) = 19.06 -> +1.5 [-17.6, +20.6]. caught/step 0.5 -> 0.6 on both seeds: +10.0 [+10.0,
+    +10.0]. grpo has no verifier: no row."""
+    study = tmp_path / "study"
+    for s, (w, c) in enumerate([(0.90, 0.93), (0.92, 0.92)]):
+        d = _fake_run(study / "tango" / f"seed{s}", 0.4, 0.1, [0.1, 0.2, 0.3])
+        ev = json.loads((d / "eval.json").read_text())
+        ev["verifier_warmup"] = {"test": {"n": 1024, "balanced_accuracy": w, "caught/step": 0.5, "n/step": 40}}
+        ev["verifier"] = {"test": {"n": 1024, "balanced_accuracy": c, "caught/step": 0.6, "n/step": 40}}
+        (d / "eval.json").write_text(json.dumps(ev))
+        _fake_run(study / "grpo" / f"seed{s}", 0.4, 0.1, [0.1, 0.2, 0.3])
+    assert main(["study", str(study), "--verifiers"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2] == ("| tango | the final generator's samples | balanced_accuracy | 1024 | 0.910 ± 0.127 | "
+                        "0.925 ± 0.064 | +1.5 [-17.6, +20.6] (n=2) |")
+    assert lines[3] == ("| tango | the final generator's samples | caught/step | 40 | 0.500 ± 0.000 | 0.600 ± 0.000 | "
+                        "+10.0 [+10.0, +10.0] (n=2) |")
+    assert len(lines) == 4 and (study / "verifiers.md").is_file()

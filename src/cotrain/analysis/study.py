@@ -448,3 +448,40 @@ def build_gains(spec_path: str | Path) -> str:
     spec_path.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
     plot_gains(points, spec_path.with_suffix(".png"), str(x.get("label", x["key"])), str(spec.get("arm", "tango")))
     return text
+
+
+# ---------------------------------------------------------------- verifier quality (experiment 4.3)
+
+VERIFIER_SPLITS = (("test", "the final generator's samples"), ("test_injected", "held-out injected errors"))
+VERIFIER_METRICS = ("balanced_accuracy", "auroc")
+
+
+def verifier_table(study_dir: str | Path) -> str:
+    """The co-trained verifier against its warm-up start, per arm that trained one: on the final
+    generator's samples and on held-out injected errors (eval.json's `verifier` and `verifier_warmup`),
+    balanced accuracy, AUROC and the share caught of each error kind (`caught/<kind>`, with the kind's
+    count), each as warm-up and co-trained means ± 95% CI over the seeds and their paired difference
+    in points. An arm whose verifier never trained (frozen) shows a difference of 0."""
+    arms = load_study(study_dir)
+    lines = ["| arm | split | metric | n (seed 0) | warm-up | co-trained | co-trained − warm-up (points) |",
+             "|---|---|---|---:|---|---|---|"]
+    for arm, runs in arms.items():
+        if not all("verifier" in r.eval and "verifier_warmup" in r.eval for r in runs.values()):
+            continue
+        for split, label in VERIFIER_SPLITS:
+            first = runs[min(runs)].eval["verifier_warmup"].get(split, {})
+            kinds = sorted(k for k in first if k.startswith("caught/"))
+            for metric in (*VERIFIER_METRICS, *kinds):
+                warm = {s: r.eval["verifier_warmup"].get(split, {}).get(metric) for s, r in runs.items()}
+                co = {s: r.eval["verifier"].get(split, {}).get(metric) for s, r in runs.items()}
+                warm = {s: v for s, v in warm.items() if isinstance(v, (int, float))}
+                co = {s: v for s, v in co.items() if isinstance(v, (int, float))}
+                if not set(warm) & set(co):
+                    continue
+                d = paired_difference(warm, co, POINTS)
+                n = first.get("n/" + metric.split("/", 1)[1], first.get("n")) if "/" in metric else first.get("n")
+                lines.append(f"| {arm} | {label} | {metric} | {'' if n is None else f'{n:.0f}'} | "
+                             f"{_cell([warm[s] for s in d.seeds])} | {_cell([co[s] for s in d.seeds])} | {d.text()} |")
+    if len(lines) == 2:
+        raise UserError(f"{study_dir}: no arm with a trained verifier (eval.json's verifier and verifier_warmup)")
+    return "\n".join(lines)
