@@ -80,6 +80,8 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
     assert "+7.0 [+4.5, +9.5] (n=3)" in row and "+1.0 [-1.5, +3.5] (n=3)" in row
     assert "| 10 |" in row and "6.50e+10 (5.0e+09)" in row and "AMD EPYC (AVX512)" in row
     assert "| – | 0.0500 |" in row  # no grpo_long arm: no equal-compute reading; the mean α
+    # over the start's 0.2: +27, +36, +33 points, mean 32, sd 4.583, half-width 11.38 -> +32.0 [+20.6, +43.4]
+    assert "| +32.0 [+20.6, +43.4] (n=3) |" in row
     assert "tango, **minimum** (paired test lower bound >= -2): holds" in text
     assert "tango, **good** (paired test mean >= +5 and lower bound > 0): holds" in text
     assert "tango, **great** (paired ood lower bound > 0): does not hold" in text

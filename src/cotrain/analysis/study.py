@@ -148,13 +148,15 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
     reach the baseline's final in-training accuracy, its FLOPs, its mean process-reward weight α (and
-    reliability r with `tango.alpha: auto`); then the plan's criteria per arm."""
+    reliability r with `tango.alpha: auto`), its gain over the start's `test` pass@1 (`start`, where
+    known); then the plan's criteria per arm."""
     base = arms.get(BASELINE)
     target = mean_curve(base)[1][-1] if base and all(r.steps for r in base.values()) else None
     long = mean_curve(arms[LONG]) if LONG in arms and all(r.steps for r in arms[LONG].values()) else None
     lines = ["| arm | seeds | test pass@1 | ood pass@1 | paired vs grpo, test (points) | paired vs grpo, ood | "
-             "steps to grpo's final | FLOPs (warm-up) | grpo at these FLOPs (without the warm-up) | mean α (r) | CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "steps to grpo's final | FLOPs (warm-up) | grpo at these FLOPs (without the warm-up) | mean α (r) | "
+             "gain over the start (points) | CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     criteria = []
     for arm, runs in arms.items():
         test = {s: r.final("test") for s, r in runs.items() if r.final("test") is not None}
@@ -189,9 +191,11 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         trusts = [r.trust for r in runs.values() if r.trust is not None]
         alpha = "–" if not alphas else f"{sum(alphas) / len(alphas):.4f}" + (
             f" ({sum(trusts) / len(trusts):.3f})" if trusts else "")
+        over = paired_difference({s: start for s in test}, test, POINTS).text() if start is not None and test else "–"
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
                      f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
-                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | {cpus} |")
+                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | "
+                     f"{over} | {cpus} |")
         if d_test is not None and arm not in (LABELFREE, LONG):  # the criteria compare co-training with grpo
             gain = vs = None
             if LABELFREE in arms and start is not None:
