@@ -1,5 +1,6 @@
-"""CURE (research direction 5): a coder and a unit tester, one model in two prompts (or two models),
-co-evolving on code.
+"""CURE (research direction 5): a coder and a unit tester co-evolving on code, by RL on one another's runs.
+
+One model plays both in two prompts, or two models do.
 
 Wang et al. 2025, "Co-Evolving LLM Coder and Unit Tester via Reinforcement Learning" (Gen-Verse/CURE);
 rewards in rl/cure.py, the execution matrix in train/cure.py. Untrusted code runs only in the sandbox.
