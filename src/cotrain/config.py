@@ -355,6 +355,33 @@ class ReliabilityConfig(_Section):
         return self
 
 
+class PrimeConfig(_Section):
+    """Implicit process rewards (`recipe: prime`, PRIME): a second model started from the generator's
+    start, beside its frozen copy, learns online from outcome labels; its log-ratio is the process reward."""
+
+    beta: float = Field(0.05, gt=0, description="β: process reward r_t = β (log π_prm − log π_ref) (PRIME: 0.05).")
+    lr: float = Field(1e-6, gt=0, description="The PRM's learning rate (PRIME: 1e-6 at 7B; the tiny world needs more).")
+    update: Literal["before", "after", "none"] = Field("before", description=(
+        "before: the PRM takes its step, then scores the rollouts (PRIME's default); after: its scores are those "
+        "of its training pass, before its step; none: it stays at its start (the frozen-PRM ablation)."))
+    prm_coef: float = Field(5.0, ge=0, description="Weight of the process rewards' RLOO in the return (PRIME: 5).")
+    gt_coef: float = Field(5.0, ge=0, description="Weight of the outcome's RLOO in the return (PRIME: 5).")
+    norm: Literal["batch_norm", "none"] = Field("batch_norm", description=(
+        "batch_norm: divide the process rewards by the largest |return| in the batch (PRIME's default)."))
+    filter: bool = Field(True, description=(
+        "Keep prompts whose samples' accuracy lies within [lower, upper], sampling `oversample` times the "
+        "prompts first; where too few pass, failing ones fill the batch (verl's recipe)."))
+    lower: float = Field(0.2, ge=0, le=1, description="The filter's lower bound (inclusive).")
+    upper: float = Field(0.8, ge=0, le=1, description="The filter's upper bound (inclusive).")
+    oversample: float = Field(4.0, ge=1, le=64, description="Prompts sampled per prompt kept, with the filter on.")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.lower > self.upper:
+            raise ValueError(f"prime.lower ({self.lower}) must be at most prime.upper ({self.upper})")
+        return self
+
+
 class CureConfig(_Section):
     """Code co-training (`recipe: cure`, `cure_label_free`): a coder and a unit tester, one model in two
     prompts (CURE's default) or two models."""
@@ -474,6 +501,7 @@ class RunConfig(_Section):
     selfplay: SelfPlayConfig = Field(default_factory=SelfPlayConfig)
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
     cure: CureConfig = Field(default_factory=CureConfig)
+    prime: PrimeConfig = Field(default_factory=PrimeConfig)
     safeguard: SafeguardConfig = Field(default_factory=SafeguardConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -153,6 +154,12 @@ def split_by_rank(prompts: list[list[int]], pad_id: int, sample) -> Rollout:
         return sample(prompts, 0)
     mine = dist.shard(len(prompts))
     return concat_rollouts(dist.gather_objects(sample([prompts[i] for i in mine], mine.start)), pad_id)
+
+
+def select_rows(ro: Rollout, rows: list[int]) -> Rollout:
+    """The rollouts of `rows`, in that order."""
+    index = torch.tensor(rows, dtype=torch.long)
+    return Rollout(*(getattr(ro, f.name)[index] for f in dataclasses.fields(Rollout)))
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:

@@ -1,0 +1,162 @@
+"""PRIME (research direction 3, implicit rewards): a generator and an implicit process reward model learned online.
+
+Cui et al. 2025, "Process Reinforcement through Implicit Rewards" (arXiv:2502.01456); code PRIME-RL/PRIME
+and verl's `recipe/prime`. Formulas in rl/prime.py and docs/design.md ("PRIME").
+
+Models: the generator; the implicit PRM π_prm, a second causal LM started from the generator's start;
+its frozen reference π_ref, a copy of that start. Each step:
+  rollout   with `prime.filter`, `prime.oversample` × B prompts, G samples each, graded (outcome 1 / 0);
+            a prompt passes when prime.lower ≤ its samples' accuracy ≤ prime.upper, the batch keeps B
+            prompts, passing ones first (failing ones fill the rest when too few pass). The samples
+            left out count in the FLOPs.
+  PRM       q_t = log π_prm(y_t) − log π_ref(y_t) on the kept samples; its loss is the binary
+            cross-entropy of σ(β Σ_t q_t) against the outcomes, one optimizer step a step.
+            `prime.update`: before (it steps, then scores), after (its training pass's scores, then
+            the step) or none (frozen at its start: the ablation).
+  reward    r_t = β q_t, divided by the batch's largest |return| (`prime.norm: batch_norm`).
+  advantage prm_coef · RLOO(r) + gt_coef · RLOO(outcome on the last token), summed from each token to
+            the end, whitened over the batch's tokens (per token: [N, T]).
+  update    the generator's PPO-clip step on these advantages (grpo settings; beta 0: no KL).
+
+Deviations, and why:
+  - Every valid token gets β q_t; verl's recipe gives the last valid token none (an artefact of its
+    indexing, not in the paper).
+  - One PRM optimizer step per step on the whole batch (verl: mini-batches of the actor's size).
+  - verl's filter also drops prompts whose longest sample reached the length limit; here only accuracy
+    filters (truncated samples are graded wrong, as everywhere in the lab).
+
+Metrics: `gen/*` as in grpo, `prime/prm_loss`, `prime/prm_grad_norm`, `prime/ranking_acc` (how often the
+PRM's summed rewards order a group's samples as their outcomes do; `_before` its training pass's),
+`prime/process_return` (mean Σ_t r_t), `prime/passed_share` (oversampled prompts within the bounds),
+`prime/kept_failing` (prompts kept outside the bounds), `flops/prm`.
+
+Run:  cotrain run configs/prime_smoke.yaml --out runs/prime
+"""
+from __future__ import annotations
+
+import torch
+
+from cotrain import dist
+from cotrain.config import RunConfig
+from cotrain.eval.during import eval_at_start, eval_during_training
+from cotrain.models.build import reference_model
+from cotrain.models.generate import select_rows
+from cotrain.rl.prime import (
+    accuracy_filter,
+    implicit_process_rewards,
+    normalise_process_rewards,
+    prime_advantages,
+    prm_loss,
+    ranking_accuracy,
+)
+from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
+from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
+from cotrain.train.update import generator_update, optimizer_step, rollout_logprobs, zero_grads
+
+
+def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
+    g, p = cfg.grpo, cfg.prime
+    # ------------------------------------------------------------------ build
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    model, tokenizer = initial_model(cfg)
+    model.train()
+    prm, _ = initial_model(cfg)
+    prm.train()
+    prm_ref = reference_model(prm)  # the start, before a resume loads the PRM's trained weights
+    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
+    prm_opt, prm_sched = make_optimizer(prm, cfg.train.model_copy(update={"lr": p.lr}), cfg.train.steps)
+    roles = {"generator": (model, tokenizer, opt, sched), "prm": (prm, tokenizer, prm_opt, prm_sched)}
+    session = open_session(cfg, run_dir, resume, roles, desc="prime")
+    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    compute = Compute({"gen": model.num_parameters(), "prm": prm.num_parameters()}, session.state.get("compute"))
+    n_prompts = cfg.train.batch_size // g.group_size
+    n_drawn = max(n_prompts, int(n_prompts * p.oversample)) if p.filter else n_prompts
+
+    eval_at_start(cfg, session, model, tokenizer, task)
+    for step in range(session.start_step + 1, cfg.train.steps + 1):
+        timer = StepTimer()
+        # -------------------------------------------------------------- rollout, graded, filtered
+        drawn = sample_batch(pool, n_drawn, cfg.seed, step)                             # [B']
+        ro, texts = sampler.groups(model, tokenizer, [q.question for q in drawn], g,
+                                   seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
+        forward, generated = rollout_tokens(ro)
+        compute.add("gen", forward=forward, generated=generated)  # the samples filtered out count too
+        problems = [q for q in drawn for _ in range(g.group_size)]
+        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))))  # [B'*G]
+        kept, passed = accuracy_filter(rewards.view(-1, g.group_size).mean(dim=1).tolist(),
+                                       p.lower if p.filter else 0.0, p.upper if p.filter else 1.0, n_prompts)
+        rows = [i * g.group_size + j for i in kept for j in range(g.group_size)]
+        ro, rewards, texts = select_rows(ro, rows), rewards[rows], [texts[r] for r in rows]          # [B*G]
+        timer.lap("gen", generated)
+
+        # -------------------------------------------------------------- the implicit PRM: update and score
+        mask = ro.completion_mask
+        with torch.no_grad():
+            ref_logp = rollout_logprobs(prm_ref, ro, g, cfg.train.bf16)
+        prm_stats, scores_before = _prm_step(cfg, prm, prm_opt, prm_sched, ro, ref_logp, rewards) \
+            if p.update != "none" else ({}, None)
+        if p.update == "after":
+            q = scores_before
+        else:
+            with torch.no_grad():
+                q, _ = implicit_process_rewards(rollout_logprobs(prm, ro, g, cfg.train.bf16), ref_logp, mask, p.beta)
+        tokens = int(mask.sum() + ro.prompt_mask.sum())
+        # the reference's pass, a scoring pass (but where the training pass scores), the training pass
+        compute.add("prm", forward=tokens * (1 + (p.update != "after")), trained=tokens * (p.update != "none"))
+        timer.lap("prm")
+
+        # -------------------------------------------------------------- advantages and update
+        r = p.beta * q
+        if p.norm == "batch_norm":
+            r = normalise_process_rewards(r, mask)
+        advantages, _ = prime_advantages(r, rewards, mask, g.group_size, p.prm_coef, p.gt_coef)   # [B*G, T]
+        stats = generator_update(cfg, model, opt, sched, ro, advantages, sampler=sampler)
+        trained = stats["tokens_trained"] + stats["prompt_tokens_trained"]
+        compute.add("gen", trained=trained)
+        timer.lap("update", trained)
+
+        # -------------------------------------------------------------- log / eval / checkpoint
+        summed = (r * mask).sum(dim=1)
+        metrics = {
+            **reward_metrics("gen", rewards, g.group_size),
+            "gen/acc": (rewards >= 1).float().mean().item(),
+            **rollout_metrics("gen", ro),
+            "gen/lr": sched.get_last_lr()[0],
+            **{f"gen/{k}": v for k, v in stats.items() if "tokens" not in k},
+            **prm_stats,
+            "prime/ranking_acc": ranking_accuracy(summed, rewards, g.group_size),
+            **({"prime/ranking_acc_before": ranking_accuracy((scores_before * mask).sum(dim=1), rewards, g.group_size)}
+               if scores_before is not None else {}),
+            "prime/process_return": summed.mean().item(),
+            "prime/passed_share": passed / n_drawn,
+            "prime/kept_failing": float(max(0, n_prompts - passed)),
+            **compute.metrics(),
+        }
+        if cfg.eval.every and step % cfg.eval.every == 0:
+            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            timer.lap("eval")
+        metrics.update(timer.metrics())
+        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "prm": metrics["prime/ranking_acc"]})
+        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+
+    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_models={"prm": (prm, tokenizer)},
+                  other_results={"compute": compute.summary()})
+
+
+def _prm_step(cfg: RunConfig, prm, opt, sched, ro, ref_logp: torch.Tensor, outcome: torch.Tensor
+              ) -> tuple[dict[str, float], torch.Tensor]:
+    """The PRM's optimizer step on its cross-entropy against the outcomes; its stats and the log-ratios
+    q [N, T] of its training pass (before the step), detached."""
+    p = cfg.prime
+    zero_grads(prm)
+    q, _ = implicit_process_rewards(rollout_logprobs(prm, ro, cfg.grpo, cfg.train.bf16), ref_logp,
+                                    ro.completion_mask, p.beta)
+    loss = prm_loss(q, ro.completion_mask, outcome.float(), p.beta)
+    loss.backward()
+    grad_norm = optimizer_step(prm, opt, cfg.train.max_grad_norm)
+    sched.step()
+    return {"prime/prm_loss": loss.item(), "prime/prm_grad_norm": grad_norm}, q.detach()
