@@ -1,4 +1,4 @@
-"""PRIME (research direction 3, implicit rewards): a generator and an implicit process reward model learned online.
+"""PRIME: a generator and an implicit process reward model learned online from outcome labels alone.
 
 Cui et al. 2025, "Process Reinforcement through Implicit Rewards" (arXiv:2502.01456); code PRIME-RL/PRIME
 and verl's `recipe/prime`. Formulas in rl/prime.py and docs/design.md ("PRIME").
