@@ -69,6 +69,8 @@ def test_prime_trains_the_generator_and_the_prm_and_holds_its_golden(sft_run, tm
     # 4 prompts kept of 8 drawn: where fewer than 4 pass, failing ones fill the batch
     assert all(r["prime/kept_failing"] == max(0, 4 - round(8 * r["prime/passed_share"])) for r in rows)
     assert results["compute"]["prm"]["flops"] > 0 and math.isfinite(results["generator"]["test"]["pass@1"])
+    # the final PRM scored like a verifier on the final generator's samples (eval.n_sampled of them, k = 1)
+    assert results["prm"]["test"]["n"] == 10 and "n_steps" in results["prm"]["test"]
     assert_golden(tmp_path, PRIME_GOLDEN)
 
 

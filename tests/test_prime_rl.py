@@ -101,3 +101,32 @@ def test_ranking_accuracy_by_hand():
     scores = torch.tensor([3.0, 1.0, 2.0, 0.0, 1.0, 2.0, 5.0, 1.0, 0.0])
     outcome = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     assert ranking_accuracy(scores, outcome, 3) == pytest.approx(0.5)
+
+
+def test_step_scores_sum_each_steps_tokens():
+    """Tokens 0-1 are step 1 (it ends on token 1), 2-4 step 2, 5 the final line: 0.5 − 0.25 and
+    1 + 0 − 2."""
+    from cotrain.train.prime import step_scores
+
+    assert step_scores([0.5, -0.25, 1.0, 0.0, -2.0, 9.0], [1, 4]) == [0.25, -1.0]
+
+
+def test_prm_metrics_by_hand():
+    """Two problems of k = 2 samples. Scores 2, −1 (right, wrong) and 0, 1 (wrong, right): the
+    outcomes' AUROC is 3 of 4 positive-negative pairs ordered right (2 > −1, 2 > 0, 1 > −1; 1 < ... no:
+    1 > 0 too) -> positives {2, 1}, negatives {−1, 0}: all 4 ordered right, 1.0; within problems:
+    problem 1 ordered right, problem 2 ordered right -> ranking 1.0. Steps: sample 1 (right) steps
+    0.5, 1.5 both correct; sample 2 (wrong) steps 0.2, −1.2 with the second false; sample 3 (wrong)
+    steps −0.5, 0.5 with the first false; sample 4 unlabelled. Step AUROC: correct {0.5, 1.5, 0.2},
+    false {−1.2, −0.5}: all 6 pairs ordered right, 1.0. First errors: sample 2's lowest step is its
+    second (the first false): match; sample 3's lowest is its first (the first false): match -> 1.0."""
+    from cotrain.train.prime import prm_metrics
+
+    m = prm_metrics([2.0, -1.0, 0.0, 1.0], [True, False, False, True], 2,
+                    [[0.5, 1.5], [0.2, -1.2], [-0.5, 0.5], [1.0]],
+                    [[True, True], [True, False], [False, True], None])
+    assert m == {"n": 4.0, "n/correct": 2.0, "auroc": 1.0, "ranking_acc": 1.0, "n_steps": 6.0, "n_false_steps": 2.0,
+                 "step_auroc": 1.0, "first_error_match": 1.0, "n_first_error": 2.0}
+    # a PRM that says nothing (every score 0): AUROC 0.5, ranking 0.0 (ties are not ordered right)
+    flat = prm_metrics([0.0] * 4, [True, False, False, True], 2, [[0.0]] * 4, [[True], [False], [False], [True]])
+    assert flat["auroc"] == 0.5 and flat["step_auroc"] == 0.5

@@ -361,6 +361,9 @@ class PrimeConfig(_Section):
 
     beta: float = Field(0.05, gt=0, description="β: process reward r_t = β (log π_prm − log π_ref) (PRIME: 0.05).")
     lr: float = Field(1e-6, gt=0, description="The PRM's learning rate (PRIME: 1e-6 at 7B; the tiny world needs more).")
+    prm_init: str | None = Field(None, description=(
+        "Start the PRM from this checkpoint (e.g. another run's final/prm) instead of the generator's start; "
+        "its reference stays the generator's start. With update: none, a PRM trained elsewhere, frozen."))
     update: Literal["before", "after", "none"] = Field("before", description=(
         "before: the PRM takes its step, then scores the rollouts (PRIME's default); after: its scores are those "
         "of its training pass, before its step; none: it stays at its start (the frozen-PRM ablation)."))

@@ -25,6 +25,11 @@ Deviations, and why:
   - verl's filter also drops prompts whose longest sample reached the length limit; here only accuracy
     filters (truncated samples are graded wrong, as everywhere in the lab).
 
+At the end, eval.json's `prm` entry scores the PRM like a verifier on `eval.n_sampled` × `eval.k` samples
+of the final generator (train/prime.py): AUROC of Σ_t q_t against outcomes, ranking accuracy, and
+against the task's step labels the AUROC of each step's summed q and how often its lowest-scored step
+is a wrong sample's first false one.
+
 Metrics: `gen/*` as in grpo, `prime/prm_loss`, `prime/prm_grad_norm`, `prime/ranking_acc` (how often the
 PRM's summed rewards order a group's samples as their outcomes do; `_before` its training pass's),
 `prime/process_return` (mean Σ_t r_t), `prime/passed_share` (oversampled prompts within the bounds),
@@ -38,7 +43,8 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_at_start, eval_during_training
+from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
+from cotrain.train.prime import evaluate_prm
 from cotrain.models.build import reference_model
 from cotrain.models.generate import select_rows
 from cotrain.rl.prime import (
@@ -63,9 +69,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     task = build_task(cfg)
     model, tokenizer = initial_model(cfg)
     model.train()
-    prm, _ = initial_model(cfg)
+    prm_ref = reference_model(model)  # the generator's start (a copy, before a resume loads trained weights)
+    prm, _ = initial_model(cfg if p.prm_init is None else cfg.model_copy(update={"init": p.prm_init}))
     prm.train()
-    prm_ref = reference_model(prm)  # the start, before a resume loads the PRM's trained weights
     pool, _ = training_pool(task, cfg, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     prm_opt, prm_sched = make_optimizer(prm, cfg.train.model_copy(update={"lr": p.lr}), cfg.train.steps)
@@ -144,7 +150,19 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
 
     return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_models={"prm": (prm, tokenizer)},
-                  other_results={"compute": compute.summary()})
+                  other_results={"compute": compute.summary(), "prm": _prm_results(cfg, prm, prm_ref, model, tokenizer, task)})
+
+
+def _prm_results(cfg: RunConfig, prm, ref, model, tokenizer, task) -> dict:
+    """The final PRM scored like a verifier on the final generator's samples of the first eval split."""
+    split = cfg.eval.splits[0]
+    if split not in task.splits or not cfg.eval.n_sampled:
+        return {}
+    prm.eval()
+    ekw = eval_kwargs(cfg)
+    return {split: evaluate_prm(prm, ref, model, tokenizer, task, split, n=cfg.eval.n_sampled, k=cfg.eval.k,
+                                temperature=cfg.eval.temperature, max_new_tokens=ekw["max_new_tokens"],
+                                batch_size=ekw["batch_size"], bf16=cfg.train.bf16)}
 
 
 def _prm_step(cfg: RunConfig, prm, opt, sched, ro, ref_logp: torch.Tensor, outcome: torch.Tensor
