@@ -226,3 +226,24 @@ def test_verifier_table_pairs_the_co_trained_verifier_with_its_warm_up_by_seed(t
     assert lines[3] == ("| tango | the final generator's samples | caught/step | 40 | 0.500 ± 0.000 | 0.600 ± 0.000 | "
                         "+10.0 [+10.0, +10.0] (n=2) |")
     assert len(lines) == 4 and (study / "verifiers.md").is_file()
+
+
+def test_auto_is_safe_and_useful_by_its_two_rules(tmp_path):
+    """tango_auto on 3 seeds ends at grpo's 0.40, 0.50, 0.45 plus 1, −1 and 3 points: mean +1.0, sd 2,
+    half-width 4.303 · 2 / sqrt(3) = 4.97 -> [-4.0, +6.0]: lower bound below −2, not safe. Its α is 0.02
+    on every step against the schedule arm's 0.05: 0.02 < 0.025, not useful. With two seeds, safe
+    cannot be said."""
+    study = tmp_path / "study"
+    for s, (g, d) in enumerate([(0.40, 0.01), (0.50, -0.01), (0.45, 0.03)]):
+        _fake_run(study / "grpo" / f"seed{s}", g, 0.1, [0.1, 0.2, 0.3])
+        _fake_run(study / "tango_auto" / f"seed{s}", g + d, 0.1, [0.1, 0.2, 0.3], alpha=lambda step: 0.02)
+        _fake_run(study / "tango" / f"seed{s}", g, 0.1, [0.1, 0.2, 0.3], alpha=lambda step: 0.05)
+    text = build_study(study)
+    assert "tango_auto, **auto safe** (paired (auto - grpo) test lower bound >= -2 over >= 3 seeds): does not hold; " \
+           "+1.0 [-4.0, +6.0] (n=3)" in text
+    assert "tango_auto, **auto useful** (mean α at least half the schedule's): does not hold; mean α 0.0200 against " \
+           "the schedule's 0.0500" in text
+    assert "tango, **auto" not in text
+    from cotrain.stats import Paired, auto_criteria
+    two = auto_criteria(Paired(1.0, 0.5, 1.5, 2, (0, 1)), 0.03, 0.05)
+    assert [c.holds for c in two] == [None, True]

@@ -127,3 +127,19 @@ def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paire
                              "label-free gain excludes 0 and paired (label-free - tango) lower bound >= -3",
                              f"gain {labelfree_gain.text()}, vs tango {labelfree_vs_tango.text()}"))
     return out
+
+
+def auto_criteria(test: Paired, alpha_auto: float | None, alpha_schedule: float | None) -> list[Criterion]:
+    """`tango.alpha: auto`'s two rules, in points of greedy pass@1:
+
+    safe    the paired (auto − grpo) `test` lower bound is ≥ −2, over at least 3 seeds;
+    useful  auto's mean α over the run is at least half the paper's schedule's (the `tango` arm's).
+
+    Returns:
+        The two criteria; holds=None where there are fewer than 3 seeds or no schedule arm to read.
+    """
+    safe = None if test.n < 3 or math.isnan(test.lo) else test.lo >= -2
+    useful = None if alpha_auto is None or not alpha_schedule else alpha_auto >= 0.5 * alpha_schedule
+    figures = "no schedule arm" if useful is None else f"mean α {alpha_auto:.4f} against the schedule's {alpha_schedule:.4f}"
+    return [Criterion("auto safe", safe, "paired (auto - grpo) test lower bound >= -2 over >= 3 seeds", test.text()),
+            Criterion("auto useful", useful, "mean α at least half the schedule's", figures)]

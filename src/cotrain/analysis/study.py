@@ -20,9 +20,10 @@ from pathlib import Path
 from cotrain.analysis.plot import load_metrics
 from cotrain.config import read_yaml_mapping
 from cotrain.errors import UserError
-from cotrain.stats import POINTS, mean_ci95, paired_difference, plan_criteria
+from cotrain.stats import POINTS, auto_criteria, mean_ci95, paired_difference, plan_criteria
 
 BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
+AUTO, SCHEDULE = "tango_auto", "tango"  # `tango.alpha: auto` and the paper's schedule, read by auto_criteria
 
 
 @dataclass
@@ -144,6 +145,11 @@ def _cell(values: list[float]) -> str:
     return "–" if math.isnan(m) else (f"{m:.3f}" if math.isnan(h) else f"{m:.3f} ± {h:.3f}")
 
 
+def _mean_alpha(runs: dict[int, Run]) -> float | None:
+    alphas = [r.alpha for r in runs.values() if r.alpha is not None]
+    return sum(alphas) / len(alphas) if alphas else None
+
+
 def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
@@ -203,7 +209,8 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
                 gain = paired_difference({s: start for s in lf}, lf, POINTS)
                 if set(lf) & set(test):
                     vs = paired_difference(test, lf, POINTS)
-            for c in plan_criteria(d_test, d_ood, gain, vs):
+            extra = auto_criteria(d_test, _mean_alpha(runs), _mean_alpha(arms.get(SCHEDULE, {}))) if arm == AUTO else []
+            for c in plan_criteria(d_test, d_ood, gain, vs) + extra:
                 verdict = {True: "holds", False: "does not hold", None: "cannot say"}[c.holds]
                 criteria.append(f"- {arm}, **{c.name}** ({c.rule}): {verdict}; {c.figures}")
     if target is not None:
