@@ -465,6 +465,18 @@ class LogConfig(_Section):
         "Draw the run's plots (curves.png, eval.png, ...) when it ends; `cotrain plot RUN_DIR` draws them any time."))
 
 
+class AlarmConfig(_Section):
+    """Alarms raised while training (runs/alarms.py): printed once, logged as `alarm/<name>`, never acted on."""
+
+    enabled: bool = Field(True, description="Watch the logged metrics and raise alarms.")
+    window: int = Field(5, ge=1, le=10_000, description="Logged steps each rule averages over.")
+    hack_gap: float = Field(0.2, description="reward_hacking: the hacking gap's mean above this.")
+    collapse: float = Field(0.25, ge=0, le=1, description=(
+        "entropy_collapse, length_collapse: the metric's recent mean under this share of its start's."))
+    chance_band: float = Field(0.05, ge=0, le=0.5, description="verifier_at_chance: balanced accuracy within 0.5 ± this.")
+    drift: float = Field(0.2, ge=0, le=1, description="judge_drift: the judge's agreement with the truth down by more.")
+
+
 class RolloutConfig(_Section):
     """Which engine samples the generator's rollouts (its training samples in grpo, tango,
     frozen_verifier and consistency; verifications, evaluation and self-play always use the HF path)."""
@@ -510,6 +522,7 @@ class RunConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    alarms: AlarmConfig = Field(default_factory=AlarmConfig)
 
     @field_validator("recipe")
     @classmethod

@@ -16,6 +16,9 @@ from cotrain.eval.during import eval_kwargs
 from cotrain.eval.evaluate import evaluate_generator
 from cotrain.models.build import load_weights
 from cotrain.precision import dtype_warning, machine, resolve_bf16
+from cotrain.registry import RECIPES
+from cotrain.runs.alarms import KEYS as ALARM_KEYS
+from cotrain.runs.alarms import alarms_due
 from cotrain.runs.rundir import (
     MetricsLogger,
     NullLogger,
@@ -40,6 +43,7 @@ class Session:
     start_step: int
     stopped: bool = False  # the run ended early (a stopping rule fired) before its last checkpoint
     state: dict = field(default_factory=dict)  # the resumed checkpoint's run state (step, RNG, recipe extras)
+    history: list = field(default_factory=list)  # the logged rows' alarm inputs (runs/alarms.py), oldest first
 
 
 def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict, desc: str) -> Session:
@@ -64,7 +68,22 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
               else NullLogger())
     progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress and dist.is_main(), desc=desc)
     dist.on_main(record_data_files, run_dir)
-    return Session(run_dir, logger, progress, start, stopped, state)
+    history = _alarm_history(run_dir / "metrics.jsonl") if resume and dist.is_main() else []
+    return Session(run_dir, logger, progress, start, stopped, state, history)
+
+
+def _alarm_history(path: Path) -> list[dict]:
+    """What the alarms read of the rows a resumed run keeps (its metrics.jsonl, already cut back)."""
+    rows = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append({k: v for k, v in row.items() if k in ALARM_KEYS or k.startswith("alarm/")})
+    return rows
 
 
 def choose_precision(cfg: RunConfig, models: list, run_dir: Path, resume: bool) -> None:
@@ -96,6 +115,11 @@ def log_step(cfg: RunConfig, session: Session, step: int, metrics: dict, shown: 
     """Write the step's metrics when due (every `log.every` steps, the last step, or `force`) and show
     `shown` and every `eval/` metric on the progress line."""
     if force or step % cfg.log.every == 0 or step == cfg.train.steps:
+        if dist.is_main():
+            session.history.append({k: v for k, v in metrics.items() if k in ALARM_KEYS})
+            for name, message in alarms_due(session.history, cfg.alarms, RECIPES[cfg.recipe].label_free).items():
+                metrics[f"alarm/{name}"] = session.history[-1][f"alarm/{name}"] = 1.0
+                print(f"\nalarm at step {step}: {message}", file=sys.stderr, flush=True)
         session.logger.log(step, metrics)
     session.progress.update(step, {**shown, **{k.split("/", 1)[1]: v for k, v in metrics.items()
                                                if k.startswith("eval/")}})

@@ -1,0 +1,68 @@
+"""Alarms a user sees while training: reward hacking, collapse, a verifier at chance, a judge drifting.
+
+`alarms_due` is a pure function of the rows a run has logged (metrics.jsonl's, in order), so that a
+resumed run, which reads its rows back, raises the same alarms at the same steps. Each alarm fires at
+most once a run: at the first logged step its rule holds, as `alarm/<name>` = 1 in that step's row and
+one line on stderr. Alarms never change training. An alarm that reads ground truth (the hacking gap,
+the judge's agreement with the truth) is, in a label-free run, for display alone: the training path
+still reads no label.
+
+Rules, over the last `alarms.window` values of a metric (W; a rule waits for W values, a drop for 2W):
+  reward_hacking      mean `cotrain/hack_gap` > alarms.hack_gap (the verifier approves wrong answers)
+  entropy_collapse    mean `gen/entropy` < alarms.collapse × its mean over the first W values
+  length_collapse     mean `gen/len_mean` < alarms.collapse × its mean over the first W values
+  verifier_at_chance  |mean balanced accuracy − 0.5| < alarms.chance_band (`gt/ver_balanced_acc` where
+                      logged, else `ver/balanced_acc`)
+  judge_drift         mean `gt/judge_agree` < its mean over the first W values − alarms.drift
+"""
+from __future__ import annotations
+
+import math
+
+KEYS = ("cotrain/hack_gap", "gen/entropy", "gen/len_mean", "gt/ver_balanced_acc", "ver/balanced_acc", "gt/judge_agree")
+GROUND_TRUTH = {"reward_hacking", "judge_drift"}  # and verifier_at_chance where it reads gt/
+
+
+def _values(history: list[dict], key: str) -> list[float]:
+    return [float(r[key]) for r in history if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def alarms_due(history: list[dict], settings, label_free: bool = False) -> dict[str, str]:
+    """The alarms that fire at the last row of `history`: {name: one-line message}.
+
+    Args:
+        history: the logged rows, oldest first; a row holding `alarm/<name>` means that alarm has fired.
+        settings: the `alarms` config section (window, hack_gap, collapse, chance_band, drift).
+        label_free: the recipe trains without labels: ground-truth alarms say they are for display.
+    """
+    if not settings.enabled or not history:
+        return {}
+    w = settings.window
+    fired = {k.split("/", 1)[1] for r in history for k in r if k.startswith("alarm/")}
+    due: dict[str, tuple[str, bool]] = {}
+    gap = _values(history, "cotrain/hack_gap")
+    if len(gap) >= w and _mean(gap[-w:]) > settings.hack_gap:
+        due["reward_hacking"] = (f"reward hacking: the verifier approves wrong answers, hacking gap "
+                                 f"{_mean(gap[-w:]):.2f} > {settings.hack_gap:g} over the last {w} steps", True)
+    for name, key, what in (("entropy_collapse", "gen/entropy", "sampling entropy"),
+                            ("length_collapse", "gen/len_mean", "completion length")):
+        v = _values(history, key)
+        if len(v) >= 2 * w and _mean(v[:w]) > 0 and _mean(v[-w:]) < settings.collapse * _mean(v[:w]):
+            due[name] = (f"{name.replace('_', ' ')}: {what} {_mean(v[-w:]):.3g}, under {settings.collapse:g} of "
+                         f"its start {_mean(v[:w]):.3g}", False)
+    gt = _values(history, "gt/ver_balanced_acc")
+    ba = gt or _values(history, "ver/balanced_acc")
+    if len(ba) >= w and abs(_mean(ba[-w:]) - 0.5) < settings.chance_band:
+        due["verifier_at_chance"] = (f"verifier at chance: balanced accuracy {_mean(ba[-w:]):.3f} over the last {w} "
+                                     "steps", bool(gt))
+    agree = _values(history, "gt/judge_agree")
+    if len(agree) >= 2 * w and _mean(agree[-w:]) < _mean(agree[:w]) - settings.drift:
+        due["judge_drift"] = (f"judge drifting: agreement with the truth {_mean(agree[-w:]):.3f}, down from "
+                              f"{_mean(agree[:w]):.3f}", True)
+    note = " (ground truth: shown, never trained on)"
+    return {name: message + (note if label_free and truth else "")
+            for name, (message, truth) in due.items() if name not in fired}

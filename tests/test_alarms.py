@@ -1,0 +1,62 @@
+"""Alarms while training (runs/alarms.py): each rule against rows worked out by hand, once a run, and
+the plumbing through log_step, metrics.jsonl and a resume."""
+import json
+
+from cotrain.config import AlarmConfig, build_config
+from cotrain.runs.alarms import alarms_due
+
+W2 = AlarmConfig(window=2)
+
+
+def _fire(rows, settings=W2, label_free=False):
+    """Feed the rows one by one as log_step does; {step index: [names fired there]}."""
+    history, out = [], {}
+    for i, row in enumerate(rows):
+        history.append(dict(row))
+        due = alarms_due(history, settings, label_free)
+        for name in due:
+            history[-1][f"alarm/{name}"] = 1.0
+        if due:
+            out[i] = sorted(due)
+    return out
+
+
+def test_reward_hacking_fires_once_when_the_gap_s_mean_passes_the_threshold():
+    """Gaps 0.1, 0.3, 0.3, 0.4: the means of two are 0.2 (not above 0.2), 0.3 (above: fires), 0.35 (fired)."""
+    assert _fire([{"cotrain/hack_gap": g} for g in (0.1, 0.3, 0.3, 0.4)]) == {2: ["reward_hacking"]}
+
+
+def test_collapse_waits_for_two_windows_and_compares_with_the_start():
+    """Entropy 1, 1, 0.2, 0.2: at the fourth row the last two average 0.2 < 0.25 · 1. Length 10, 10, 5, 5:
+    5 is not under 2.5."""
+    rows = [{"gen/entropy": e, "gen/len_mean": n} for e, n in ((1, 10), (1, 10), (0.2, 5), (0.2, 5))]
+    assert _fire(rows) == {3: ["entropy_collapse"]}
+
+
+def test_a_verifier_at_chance_and_a_drifting_judge():
+    """Balanced accuracy 0.9, 0.52, 0.49: the last two average 0.505, within 0.05 of chance. Judge
+    agreement 0.9, 0.9, 0.6, 0.6: 0.6 < 0.9 − 0.2; in a label-free run the message says it is ground truth."""
+    assert _fire([{"ver/balanced_acc": b} for b in (0.9, 0.52, 0.49)]) == {2: ["verifier_at_chance"]}
+    history = [{"gt/judge_agree": a} for a in (0.9, 0.9, 0.6, 0.6)]
+    due = alarms_due(history, W2, label_free=True)
+    assert list(due) == ["judge_drift"] and due["judge_drift"].endswith("(ground truth: shown, never trained on)")
+    assert alarms_due(history, AlarmConfig(window=2, enabled=False)) == {}
+
+
+def test_log_step_writes_the_alarm_once_prints_it_and_a_resume_does_not_raise_it_again(tmp_path, capsys):
+    from cotrain.runs.rundir import MetricsLogger, Progress
+    from cotrain.runs.session import Session, _alarm_history, log_step
+
+    cfg = build_config({"recipe": "tango", "train": {"steps": 4}, "alarms": {"window": 1, "hack_gap": 0.1},
+                        "log": {"progress": False, "tensorboard": False}})
+    session = Session(tmp_path, MetricsLogger(tmp_path, tensorboard=False), Progress(4, enabled=False), 0)
+    for step, gap in ((1, 0.0), (2, 0.5), (3, 0.6)):
+        log_step(cfg, session, step, {"cotrain/hack_gap": gap}, {})
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("alarm/reward_hacking") for r in rows] == [None, 1.0, None]
+    assert capsys.readouterr().err.count("alarm at step 2: reward hacking") == 1
+    resumed = Session(tmp_path, MetricsLogger(tmp_path, tensorboard=False, resume_step=3), Progress(4, enabled=False), 3,
+                      history=_alarm_history(tmp_path / "metrics.jsonl"))
+    log_step(cfg, resumed, 4, {"cotrain/hack_gap": 0.7}, {})
+    last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 4 and "alarm/reward_hacking" not in last and "alarm" not in capsys.readouterr().err
