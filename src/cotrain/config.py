@@ -385,6 +385,15 @@ class PrimeConfig(_Section):
         return self
 
 
+class SpinConfig(_Section):
+    """Self-play fine-tuning (`recipe: spin`): the reference solution against the previous iterate's sample."""
+
+    beta: float = Field(0.1, gt=0, description="β of SPIN's logistic loss (SPIN: 0.1).")
+    iteration_steps: int = Field(50, ge=1, description=(
+        "Optimizer steps per iteration: the opponent is the model as the iteration began, frozen for it."))
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the opponent's synthetic solutions.")
+
+
 class CureConfig(_Section):
     """Code co-training (`recipe: cure`, `cure_label_free`): a coder and a unit tester, one model in two
     prompts (CURE's default) or two models."""
@@ -517,6 +526,7 @@ class RunConfig(_Section):
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
     cure: CureConfig = Field(default_factory=CureConfig)
     prime: PrimeConfig = Field(default_factory=PrimeConfig)
+    spin: SpinConfig = Field(default_factory=SpinConfig)
     safeguard: SafeguardConfig = Field(default_factory=SafeguardConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -41,6 +41,7 @@ RECIPES: dict[str, Recipe] = {
     "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False),
     "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False),
     "prime": Recipe("prime", fsdp=False),
+    "spin": Recipe("spin", fsdp=False),
     "cure": Recipe("cure", fsdp=False),
     "cure_label_free": Recipe("cure", label_free=True, fsdp=False, summary=(
         "CURE without labels: the generated unit tests stand in for the ground-truth ones on the training path.")),

@@ -368,3 +368,22 @@ def next_level(level: int, accuracy: float, raise_at: float, max_level: int) -> 
         The next level.
     """
     return level + 1 if accuracy >= raise_at and level < max_level else level
+
+
+def spin_loss(policy_real: torch.Tensor, policy_synthetic: torch.Tensor, opponent_real: torch.Tensor,
+              opponent_synthetic: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """SPIN's logistic loss (Chen et al. 2024): the reference solution y (real) against the opponent's
+    own sample y' (synthetic) of the same prompt, the opponent being the previous iterate, frozen:
+    mean of −log σ(β [(log πθ(y) − log π_old(y)) − (log πθ(y') − log π_old(y'))]), DPO with the opponent
+    as its reference.
+
+    Args:
+        policy_real, policy_synthetic: [n] sequence log-probs under the model being trained.
+        opponent_real, opponent_synthetic: [n] the same under the opponent.
+        beta: β (SPIN: 0.1).
+
+    Returns:
+        (the 0-dim loss, the [n] margins β[...] before the sigmoid, detached).
+    """
+    margins = beta * ((policy_real - opponent_real) - (policy_synthetic - opponent_synthetic))      # [n]
+    return -F.logsigmoid(margins).mean(), margins.detach()
