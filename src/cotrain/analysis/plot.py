@@ -77,6 +77,10 @@ _PANELS = [
     _Panel("Training loss", "loss", "loss"),
     _Panel("Process-reward weight α (tango)", "α", "alpha"),
     _Panel("Verifier reliability r (tango.alpha: auto)", "r", "alpha_trust", unit_interval=True),
+    _Panel("PRM ranking accuracy (prime)", "ranking accuracy", "ranking_acc",
+           unit_interval=True),
+    _Panel("Prompts within the filter (prime)", "share of prompts drawn", "passed_share", unit_interval=True),
+    _Panel("Reference preferred (spin)", "share of pairs", "pair_acc", unit_interval=True),
 ]
 _EVAL_PANEL = _Panel("Greedy pass@1 during training", "pass@1", "pass@1", unit_interval=True)
 
