@@ -158,7 +158,9 @@ def test_a_committed_verifier_warm_up_counts_in_the_runs_that_start_from_it(tmp_
     grpo_long (4e9 FLOPs a step, 20 steps, 8e10 FLOPs) cannot reach 2.65e11: it would need 2.65e11 / 4e9 =
     66 steps; without the warm-up, 6e10 reads its 4e10 point, 0.35."""
     study = tmp_path / "study"
-    _fake_run(study / "grpo" / "seed0", 0.4, 0.1, [0.1, 0.2, 0.3])
+    # grpo's config names the verifier too (a sweep's shared overrides), but grpo has none: not counted
+    _fake_run(study / "grpo" / "seed0", 0.4, 0.1, [0.1, 0.2, 0.3],
+              config="recipe: grpo\nverifier: {init: results/x/starts/warm/verifier}\n")
     _fake_run(study / "grpo_long" / "seed0", 0.5, 0.1, [0.1, 0.35, 0.5], 4e9)
     _fake_run(study / "tango" / "seed0", 0.45, 0.1, [0.1, 0.3, 0.4], 3e9, warmup=5e9,
               config="recipe: tango\nverifier: {init: results/x/starts/warm/verifier}\n")

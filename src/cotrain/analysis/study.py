@@ -20,6 +20,7 @@ from pathlib import Path
 from cotrain.analysis.plot import load_metrics
 from cotrain.config import read_yaml_mapping
 from cotrain.errors import UserError
+from cotrain.registry import RECIPES
 from cotrain.stats import POINTS, auto_criteria, mean_ci95, paired_difference, plan_criteria
 
 BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
@@ -38,7 +39,7 @@ class Run:
     alpha: float | None = None                         # mean process-reward weight over the steps (tango)
     trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
     cpu: str = "?"
-    verifier_init: str = ""                            # the run's verifier.init, where it started from one
+    verifier_init: str = ""                            # the verifier.init of a run that has a verifier
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
@@ -61,8 +62,11 @@ def load_run(run_dir: Path) -> Run:
     run.trust = sum(trusts) / len(trusts) if trusts else None
     config = run_dir / "config.yaml"
     if config.is_file():
-        verifier = read_yaml_mapping(config, "the run's config").get("verifier")
-        run.verifier_init = str(verifier.get("init") or "") if isinstance(verifier, dict) else ""
+        raw = read_yaml_mapping(config, "the run's config")
+        verifier = raw.get("verifier")
+        uses = RECIPES.get(str(raw.get("recipe")))
+        if isinstance(verifier, dict) and uses is not None and {"verifier", "judge"} & set(uses.roles):
+            run.verifier_init = str(verifier.get("init") or "")  # a recipe without a verifier ignores it
     env = run_dir / "env.json"
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
