@@ -117,6 +117,27 @@ def test_eval_with_a_verifier_reports_the_gaps(sft_run, warm_verifier, tmp_path,
     assert "test: gap/verifier" in capsys.readouterr().err
 
 
+def test_eval_best_of_n_compares_verifiers_on_the_same_samples(sft_run, warm_verifier, tmp_path, capsys):
+    """`--bon 1,2,4` with two verifiers (the warm verifier and the SFT start, which writes no verdicts):
+    4 samples of each of 6 problems drawn once; at N = 1 every column is the random pick's mean
+    correctness and the oracle equals it; the oracle never falls below a verifier's pick."""
+    start, _ = sft_run
+    out = tmp_path / "eval.json"
+    code = main(["eval", str(start), "--task", "arith", "--splits", "test", "--n", "10", "--bon", "1,2,4",
+                 "--verifier", f"warm={warm_verifier}", "--verifier", f"start={start}", "task.n_ops=[1,2]",
+                 "task.max_operand=9", "eval.n_sampled=6", "verifier.max_new_tokens=40", "train.bf16=false", "--out", str(out)])
+    assert code == 0
+    study = json.loads(out.read_text())["best_of_n"]["test"]
+    assert study["problems"] == 6 and study["samples"] == 4
+    rows = {int(n): row for n, row in study["rows"].items()}
+    one = rows[1]
+    assert one["oracle"] == pytest.approx(one["random"]) and one["warm"] == pytest.approx(one["random"])
+    assert all(rows[n]["oracle"] >= max(rows[n]["warm"], rows[n]["start"]) - 1e-12 for n in (1, 2, 4))
+    assert "| N | oracle | random | majority | warm | start |" in capsys.readouterr().err
+    assert main(["eval", str(start), "--task", "arith", "--bon", "1,x", "--verifier", str(warm_verifier)]) == 2
+    assert "--bon takes sample counts" in capsys.readouterr().err
+
+
 # The demo's arms at a test's size: decoding steps cost most here, so completions are short
 DEMO_SMALL = ["train.steps=2", "train.batch_size=16", "train.n_problems=64", "grpo.group_size=4",
               "grpo.max_new_tokens=16", "verifier.solutions=4", "verifier.max_new_tokens=40", "tango.eval_n=8",

@@ -225,3 +225,24 @@ def test_majority_gap_is_maj_at_g_minus_the_samples_accuracy():
     assert majority_gap(["1", "1", "2"], [True, True, False], 3) == pytest.approx(1.0 - 2 / 3)
     with pytest.raises(ValueError):
         majority_gap(["1", "2", "3"], [1, 0, 0], 2)
+
+
+def test_expected_best_of_n_by_hand():
+    """k = 4 samples scored 3, 2, 2, 1, correct 0, 1, 0, 1.
+    n = 1: a random pick, mean correctness 2/4 = 0.5.
+    n = 2: C(4, 2) = 6 subsets; the top sample (wrong) is picked in the 3 that hold it; the tied block
+    (ranks 2-3, mean 0.5) in C(3, 2) − C(1, 2) = 3 − 0 = 3 subsets of the rest: 3/6 · 0 + 3/6 · 0.5 =
+    0.25; the bottom never.
+    n = 4: always the top sample: 0. A verifier that ranks the right ones first: 1 from n = 2 on."""
+    from cotrain.eval.verifier_metrics import best_of_n_curve, expected_best_of_n
+
+    scores, correct = [3.0, 2.0, 2.0, 1.0], [0, 1, 0, 1]
+    assert expected_best_of_n(scores, correct, 1) == pytest.approx(0.5)
+    assert expected_best_of_n(scores, correct, 2) == pytest.approx(0.25)
+    assert expected_best_of_n(scores, correct, 4) == pytest.approx(0.0)
+    good = [1.0, 0.0, 1.0, 0.0]
+    assert [expected_best_of_n(good, [1, 0, 1, 0], n) for n in (1, 2, 3)] == pytest.approx([0.5, 5 / 6, 1.0])
+    # n = 2 with the good verifier: 6 subsets, only {the two wrong} (1 of 6) picks wrong -> 5/6
+    # all scores equal: a random pick at every n
+    assert expected_best_of_n([0.0] * 4, [1, 0, 0, 0], 3) == pytest.approx(0.25)
+    assert best_of_n_curve([(scores, correct), ([1.0], [1])], [1, 2]) == {1: pytest.approx(0.75), 2: pytest.approx(0.25)}

@@ -118,8 +118,12 @@ def cmd_eval(args) -> int:
     task = make_task(cfg.task.name, **cfg.task.options())
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
                                                **eval_kwargs(cfg))}
-    if args.verifier:
-        results["verifier"] = _eval_verifier(cfg, args.verifier, model, tokenizer, task)
+    if args.verifier and args.bon:
+        results["best_of_n"] = _best_of_n(cfg, args, model, tokenizer, task)
+    elif args.verifier:
+        if len(args.verifier) > 1:
+            raise UserError("several --verifier are compared by best-of-N: add --bon, e.g. --bon 1,4,16,64")
+        results["verifier"] = _eval_verifier(cfg, args.verifier[0], model, tokenizer, task)
     if args.out:
         write_json_atomic(Path(args.out), results)
     print(json.dumps(results, indent=2))
@@ -148,6 +152,45 @@ def _eval_verifier(cfg, path: str, model, tokenizer, task) -> dict:
               f"{m['balanced_accuracy']:.3f}" + (f", AUROC {m['auroc']:.3f}" if "auroc" in m else ""),
               file=sys.stderr, flush=True)
     return out
+
+
+def _best_of_n(cfg, args, model, tokenizer, task) -> dict:
+    """`--bon`: best-of-N against N of each `--verifier` ([NAME=]PATH), a random pick, majority voting and
+    the oracle, on eval.n_sampled problems of the first split; a markdown table on stdout's stderr side."""
+    from cotrain.eval.during import eval_kwargs
+    from cotrain.eval.verifier_eval import best_of_n_study
+    from cotrain.models.build import load_model
+    from cotrain.runs.rundir import resolve_model_dir
+
+    try:
+        ns = sorted({int(x) for x in args.bon.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--bon takes sample counts separated by commas, e.g. 1,4,16,64; got {args.bon!r}") from None
+    if not ns or ns[0] < 1 or ns[-1] > 4096:
+        raise UserError(f"--bon counts must lie within 1..4096; got {args.bon!r}")
+    verifiers = {}
+    for spec in args.verifier:
+        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        try:
+            where = resolve_model_dir(path, role="verifier")
+        except UserError:  # a run without a verifier: its generator judges
+            where = resolve_model_dir(path)
+        model_v, vtok = load_model(where)
+        verifiers[name or f"verifier{len(verifiers) + 1}"] = (model_v.to(model.device).eval(), vtok)
+    split = next((s for s in cfg.eval.splits if s in task.splits), None)
+    if split is None:
+        raise UserError(f"task {cfg.task.name} has none of the splits {', '.join(cfg.eval.splits)}")
+    kw = eval_kwargs(cfg)
+    out = best_of_n_study(verifiers, model, tokenizer, task, split, n=max(cfg.eval.n_sampled, 1), ns=ns,
+                          temperature=cfg.eval.temperature, gen_max_new_tokens=kw["max_new_tokens"],
+                          ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=kw["batch_size"], bf16=kw["bf16"])
+    cols = ["oracle", "random", "majority", *verifiers]
+    lines = [f"best-of-N on {split}: {out.get('problems', 0)} problems x {ns[-1]} samples",
+             "| N | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += [f"| {size} | " + " | ".join(f"{row.get(c, float('nan')):.3f}" for c in cols) + " |"
+              for size, row in out.get("rows", {}).items()]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return {split: out}
 
 
 def demo_stages() -> dict:
@@ -320,8 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--splits", help="comma-separated splits (default: test,ood)")
     e.add_argument("--n", type=int, help="problems per split")
     e.add_argument("--out", help="write the results to this JSON file")
-    e.add_argument("--verifier", help=("a verifier (run dir, checkpoint or model dir) to judge the checkpoint's "
-                                       "samples: its accuracy and the generation-verification gaps"))
+    e.add_argument("--bon", help=("best-of-N against N, e.g. 1,4,16,64: each --verifier's pick of N samples beside a "
+                                  "random pick, majority voting and the oracle pass@N, the samples drawn once"))
+    e.add_argument("--verifier", action="append", help=("a verifier ([NAME=]run dir, checkpoint or model dir) to judge the checkpoint's "
+                                       "samples: its accuracy and the generation-verification gaps; several with --bon"))
     e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.k=4 task.data_dir=DIR")
     e.set_defaults(fn=cmd_eval)
 

@@ -172,3 +172,47 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
         m.update(process_localisation(task, flat_problems, texts, parsed, correct))
         out[name] = m
     return out
+
+
+def best_of_n_study(verifiers: dict[str, tuple], generator, gen_tokenizer, task: Task, split: str, *, n: int,
+                    ns: list[int], temperature: float, gen_max_new_tokens: int, ver_max_new_tokens: int,
+                    batch_size: int = 256, bf16: bool = False, votes: int = 200) -> dict:
+    """Best-of-N against N for each verifier beside a random pick, majority voting and the oracle, on the
+    same samples: max(ns) samples of each of `n` problems of `split` are drawn once (temperature
+    `temperature`) and every N-subset is weighed alike.
+
+    Returns:
+        {"problems", "samples", "rows": {N: {"oracle": pass@N, "random": the mean correctness,
+        "majority": maj@N (the mean over `votes` random N-subsets a problem, seeded), <verifier>:
+        expected best-of-N (`expected_best_of_n`, ties broken uniformly)}}}.
+    """
+    from cotrain.eval.metrics import majority_correct, pass_at_k
+    from cotrain.eval.verifier_metrics import best_of_n_curve
+
+    k = max(ns)
+    problems = task.problems(split, n, seed=EVAL_SEED)
+    if not problems:
+        return {}
+    texts, _, _ = _complete(generator, gen_tokenizer, problems, k, greedy=False, temperature=temperature,
+                            max_new_tokens=gen_max_new_tokens, batch_size=batch_size, bf16=bf16, seed=EVAL_SEED)
+    flat = [p for p in problems for _ in range(k)]
+    correct = dist.map_shards(lambda tp: task.grade(*tp) >= 1, list(zip(texts, flat)))
+    answers = [task.extract_answer(t) for t in texts]
+    equal = getattr(task, "answers_equal", None)
+    groups = [range(j * k, (j + 1) * k) for j in range(len(problems))]
+    rng = random.Random(EVAL_SEED)
+    rows: dict[int, dict[str, float]] = {}
+    for size in ns:
+        hits = [sum(correct[i] for i in g) for g in groups]
+        votes_at = [sum(majority_correct([answers[g[i]] for i in s], [correct[g[i]] for i in s], equal)
+                        for s in (rng.sample(range(k), size) for _ in range(votes))) / votes for g in groups]
+        rows[size] = {"oracle": sum(pass_at_k(k, c, size) for c in hits) / len(groups),
+                      "random": sum(hits) / len(flat), "majority": sum(votes_at) / len(groups)}
+    for name, (model, tokenizer) in verifiers.items():
+        parsed = verify_batched(model, tokenizer, [p.question for p in flat], texts, batch_size=batch_size,
+                                greedy=True, max_new_tokens=ver_max_new_tokens, bf16=bf16)
+        scores = [verifier_score(v) for v in parsed]
+        curve = best_of_n_curve([([scores[i] for i in g], [correct[i] for i in g]) for g in groups], ns)
+        for size, value in curve.items():
+            rows[size][name] = value
+    return {"problems": len(problems), "samples": k, "rows": rows}

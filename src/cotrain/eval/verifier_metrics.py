@@ -200,3 +200,44 @@ def weighted_vote(groups: list[list[tuple[str | None, float, float]]],
             total += max(classes.values(), key=lambda c: c[0])[1]  # dicts keep insertion order: ties -> first
     return total / len(groups)
 
+
+
+def expected_best_of_n(scores: list[float], correct: list[bool | float], n: int) -> float:
+    """The expected accuracy of best-of-n on one problem when the n candidates are a uniformly random
+    subset of its k samples, exactly: the candidate the verifier scores highest is picked, ties at the top
+    broken uniformly.
+
+    Sorted by score, the samples form blocks of equal score; the pick falls in block B (ranks a..b,
+    1-based from the top) when the subset has none above it and at least one in it, with probability
+    (C(k − a + 1, n) − C(k − b, n)) / C(k, n), and is then any of B's members alike: its expected
+    correctness is B's mean. Sums over blocks.
+
+    Args:
+        scores, correct: the k samples' verifier scores and correctness (0/1).
+        n: 1 ≤ n ≤ k.
+    """
+    from math import comb
+
+    k = len(scores)
+    assert 1 <= n <= k and len(correct) == k, f"need 1 <= n <= k = {k} and one correctness per score"
+    order = sorted(range(k), key=lambda i: -scores[i])
+    total, a = 0.0, 1
+    while a <= k:
+        b = a
+        while b < k and scores[order[b]] == scores[order[a - 1]]:
+            b += 1
+        block = [float(correct[order[i]]) for i in range(a - 1, b)]
+        total += (comb(k - a + 1, n) - comb(k - b, n)) / comb(k, n) * sum(block) / len(block)
+        a = b + 1
+    return total
+
+
+def best_of_n_curve(groups: list[tuple[list[float], list[bool]]], ns: list[int]) -> dict[int, float]:
+    """{n: the mean over problems of `expected_best_of_n`} for each n (problems with fewer than n
+    samples are left out of that n)."""
+    out = {}
+    for n in ns:
+        values = [expected_best_of_n(s, c, n) for s, c in groups if len(s) >= n]
+        if values:
+            out[n] = sum(values) / len(values)
+    return out
