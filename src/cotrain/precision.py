@@ -96,6 +96,24 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_family_model() -> str | None:
+    """"family/model" of the CPU (/proc/cpuinfo's `cpu family` and `model`, e.g. "25/17"): machines that
+    share a name and an instruction set can still differ in their float results; None off Linux."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("cpu family", "model") and key not in found:
+                    found[key] = value.strip()
+                if len(found) == 2 or not line.strip():
+                    break
+    except OSError:
+        return None
+    return f"{found['cpu family']}/{found['model']}" if len(found) == 2 else None
+
+
 def _version(package: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -109,6 +127,7 @@ def machine() -> dict:
     """The machine a run or a measurement ran on (JSON-ready): what makes its float results and speed."""
     return {
         "cpu": _cpu_name(),
+        "cpu_family_model": _cpu_family_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_native_bf16": native_bf16("cpu")[0],
         "cores": os.cpu_count(),

@@ -71,7 +71,8 @@ def load_run(run_dir: Path) -> Run:
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
         autocast = (e.get("precision") or {}).get("bf16_autocast")
-        run.cpu = f"{e.get('cpu', '?')} ({e.get('cpu_capability', '?')}" + (
+        family = f" {e['cpu_family_model']}" if e.get("cpu_family_model") else ""
+        run.cpu = f"{e.get('cpu', '?')}{family} ({e.get('cpu_capability', '?')}" + (
             "" if autocast is None else ", bf16 autocast" if autocast else ", fp32") + ")"
     return run
 
