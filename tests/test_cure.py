@@ -204,12 +204,19 @@ def test_cure_label_free_training_is_blind_to_the_answers(tmp_path, monkeypatch)
     assert calls, "the poison never reached ground truth (the gt/ monitors read it): the test proves nothing"
 
 
-def test_cure_smoke_fixed_seed_regression_and_resume(tmp_path):
-    """Every step logs both roles and the ground-truth monitors, eval.json has the CURE evaluation; same
-    seed -> the golden metrics; killed after step 2 and resumed -> identical run."""
+@pytest.mark.heavy  # two processes, one killed: `make test-heavy`
+def test_cure_sigkill_then_resume_equals_uninterrupted(tmp_path):
+    """Killed after step 2 and resumed -> the same run as the uninterrupted one, which holds the golden."""
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(cure_config()))
     run_killed_and_resumed(cfg_path, tmp_path, "step_2")
+    assert_golden(tmp_path / "full", GOLDEN)
+
+
+def test_cure_smoke_fixed_seed_regression(tmp_path):
+    """Every step logs both roles and the ground-truth monitors, eval.json has the CURE evaluation; same
+    seed -> the golden metrics."""
+    run_recipe(build_config(cure_config()), tmp_path / "full")
     assert_golden(tmp_path / "full", GOLDEN)
     rows = [r for r in _rows(tmp_path / "full") if "gen/reward" in r]
     assert [r["step"] for r in rows] == [1, 2, 3]
