@@ -123,8 +123,9 @@ def steps_to_reach(steps: list[int], acc: list[float], target: float) -> int | N
     return next((s for s, a in zip(steps, acc) if a >= target - 1e-9), None)
 
 
-def mean_curve(runs: dict[int, Run]) -> tuple[list[int], list[float], list[float], list[float]]:
-    """(steps, mean accuracy, CI half-width, mean FLOPs) over the seeds, at the steps every seed evaluated."""
+def mean_curve(runs: dict[int, Run], after_warmup: bool = False) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(steps, mean accuracy, CI half-width, mean FLOPs) over the seeds, at the steps every seed evaluated;
+    with `after_warmup`, the FLOPs spent since the warm-up."""
     common = sorted(set.intersection(*(set(r.steps) for r in runs.values())))
     acc, half, flops = [], [], []
     for s in common:
@@ -132,7 +133,8 @@ def mean_curve(runs: dict[int, Run]) -> tuple[list[int], list[float], list[float
         m, h = mean_ci95(values)
         acc.append(m)
         half.append(0.0 if math.isnan(h) else h)
-        flops.append(sum(r.flops[r.steps.index(s)] for r in runs.values()) / len(runs))
+        flops.append(sum(r.flops[r.steps.index(s)] - (r.warmup_flops if after_warmup else 0.0)
+                         for r in runs.values()) / len(runs))
     return common, acc, half, flops
 
 
@@ -234,14 +236,14 @@ def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
     for arm, runs in arms.items():
         if not all(r.steps for r in runs.values()):
             continue
-        steps, acc, half, flops = mean_curve(runs)
+        steps, acc, half, flops = mean_curve(runs, after_warmup=True)
         lo, hi = [a - h for a, h in zip(acc, half)], [a + h for a, h in zip(acc, half)]
         line, = left.plot(steps, acc, label=f"{arm} (n={len(runs)})")
         left.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
         right.plot(flops, acc, color=line.get_color())
         right.fill_between(flops, lo, hi, alpha=0.2, color=line.get_color())
     left.set_xlabel("generator step")
-    right.set_xlabel("FLOPs (cumulative, warm-up included)")
+    right.set_xlabel("FLOPs after the warm-up (cumulative; the table counts the warm-up)")
     right.set_xscale("log")
     for ax in (left, right):
         ax.set_ylabel("greedy pass@1 (test, in training)")
