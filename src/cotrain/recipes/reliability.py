@@ -76,8 +76,8 @@ from cotrain.train.selfplay import (
     judge,
     judge_agreement,
     judge_gaps,
-    mean,
     judge_preferences,
+    mean,
     preference_metrics,
     propose,
     proposer_backward,
@@ -227,7 +227,6 @@ def _by_regime(correct: list[bool | None], strong: list[bool]) -> dict[str, list
         if c is not None:
             by_regime["strong" if strong[k % len(strong)] else "weak"].append(float(c))
     return by_regime
-
 
 
 def _candidates(cfg: RunConfig, task, solver, tok, older, questions: list[str], compute: Compute, step: int,

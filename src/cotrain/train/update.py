@@ -81,9 +81,8 @@ def _logprobs(model, ro: Rollout, groups: torch.Tensor, g: GrpoConfig, bf16: boo
 def rollout_logprobs(model, ro: Rollout, g: GrpoConfig, bf16: bool) -> torch.Tensor:
     """Log-probs [N, T] of every completion of `ro` under `model` at temperature 1 (each prompt run once
     per group of g.group_size), with the graph when gradients are on."""
-    groups = torch.arange(ro.completion_ids.shape[0] // g.group_size)
-    logp, rows = _logprobs(model, ro, groups, g.model_copy(update={"temperature": 1.0}), bf16)
-    return logp[torch.argsort(rows)]
+    groups = torch.arange(ro.completion_ids.shape[0] // g.group_size)  # all of them, in order: rows 0..N-1
+    return _logprobs(model, ro, groups, g.model_copy(update={"temperature": 1.0}), bf16)[0]
 
 
 def _no_grad_logprobs(model, ro: Rollout, chunks: list[torch.Tensor], g: GrpoConfig, bf16: bool) -> list | None:
