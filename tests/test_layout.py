@@ -276,3 +276,16 @@ def test_every_relative_link_of_the_readme_and_docs_resolves():
             if not (page.parent / path).exists():
                 dead.append(f"{page.relative_to(REPO)}: {target}")
     assert not dead, "dead links:\n" + "\n".join(dead)
+
+
+def test_recipe_panels_are_declared_beside_their_recipes_and_drawn():
+    """Each recipe's own curves come from its module's PANELS (read without importing it), once each,
+    and the plots draw them; no two panels share a metric."""
+    from cotrain import registry
+    from cotrain.analysis import plot
+
+    declared = registry.panels()
+    metrics = [p[2] for p in declared]
+    assert {"alpha", "ranking_acc", "pair_acc", "followed"} <= set(metrics)
+    assert len(metrics) == len(set(metrics))
+    assert {p.metric for p in plot._PANELS} >= set(metrics)

@@ -385,6 +385,27 @@ class PrimeConfig(_Section):
         return self
 
 
+class MarsConfig(_Section):
+    """Multi-agent GRPO (`recipe: mars`, MARS): a planner writes a solution's operations, a worker carries
+    out one per call; both share the trajectory's reward, each normalised within its own group."""
+
+    plan: bool = Field(True, description=(
+        "false: the empty-plan ablation: no planner; the worker chooses each operation itself, called as many "
+        "times as the reference solution has steps."))
+    two_models: bool = Field(False, description=(
+        "A planner model of its own (a copy of the run's start, its own optimizer at train.lr); false: one "
+        "model in two role prompts (MARS's default)."))
+    balance: bool = Field(True, description=(
+        "Advantage-weighted balanced sampling: the worker's samples drawn ∝ |advantage| down (or up) to the "
+        "number of trajectories before the update; false: every worker sample trains."))
+    worker_max_new_tokens: int = Field(24, ge=1, le=4096, description="Length limit of one worker step.")
+    warmup_steps: int = Field(0, ge=0, le=1_000_000, description=(
+        "SFT steps teaching the roles their formats from reference solutions (labels, as a verifier's warm-up): "
+        "half of each batch plans, half carries out one step; checkpointed as step 0."))
+    warmup_batch_size: int = Field(32, ge=2, le=65536, description="Examples per warm-up step.")
+    warmup_lr: float = Field(1e-3, gt=0, description="Learning rate of the warm-up (constant after 10 steps).")
+
+
 class SpinConfig(_Section):
     """Self-play fine-tuning (`recipe: spin`): the reference solution against the previous iterate's sample."""
 
@@ -527,6 +548,7 @@ class RunConfig(_Section):
     cure: CureConfig = Field(default_factory=CureConfig)
     prime: PrimeConfig = Field(default_factory=PrimeConfig)
     spin: SpinConfig = Field(default_factory=SpinConfig)
+    mars: MarsConfig = Field(default_factory=MarsConfig)
     safeguard: SafeguardConfig = Field(default_factory=SafeguardConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -3,7 +3,8 @@ the rest of the tool needs to know of it (the config's checks, `cotrain check`).
 
 Adding a recipe is one file `recipes/<name>.py` with `run(cfg, run_dir, resume)` plus one line in
 `RECIPES`; `cotrain recipes` and `cotrain run --help` list every recipe with the first line of its
-file's docstring (read from the source, so listing imports no recipe). See docs/new_recipe.md.
+file's docstring, and the plots draw the panels its `PANELS` declares (both read from the source, so
+neither imports a recipe). See docs/new_recipe.md.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ RECIPES: dict[str, Recipe] = {
     "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False),
     "prime": Recipe("prime", fsdp=False),
     "spin": Recipe("spin", fsdp=False),
+    "mars": Recipe("mars", fsdp=False),
     "cure": Recipe("cure", fsdp=False),
     "cure_label_free": Recipe("cure", label_free=True, fsdp=False, summary=(
         "CURE without labels: the generated unit tests stand in for the ground-truth ones on the training path.")),
@@ -68,8 +70,25 @@ def summary(name: str) -> str:
     recipe = RECIPES[name]
     if recipe.summary:
         return recipe.summary
-    doc = ast.get_docstring(ast.parse((RECIPE_DIR / f"{recipe.module}.py").read_text(encoding="utf-8"))) or ""
+    doc = ast.get_docstring(_module_tree(recipe.module)) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _module_tree(module: str) -> ast.Module:
+    return ast.parse((RECIPE_DIR / f"{module}.py").read_text(encoding="utf-8"))
+
+
+@cache
+def panels() -> tuple[tuple, ...]:
+    """The curves.png panels the recipes declare, in registry order, each once: a recipe module's
+    `PANELS = ((title, ylabel, metric, unit_interval), ...)`, a literal read from its source. `metric`
+    names the last part of the logged keys the panel draws (`ROLE/metric`)."""
+    out: list[tuple] = []
+    for module in dict.fromkeys(r.module for r in RECIPES.values()):
+        for node in _module_tree(module).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PANELS" for t in node.targets):
+                out += [tuple(p) for p in ast.literal_eval(node.value) if tuple(p) not in out]
+    return tuple(out)
 
 
 def listing(width: int = 18) -> str:

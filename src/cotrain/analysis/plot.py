@@ -30,6 +30,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from cotrain import registry
+
 log = logging.getLogger(__name__)
 
 # Metric namespaces that are not roles: they never go into a per-role panel. `cotrain/` (generator-verifier
@@ -75,12 +77,7 @@ _PANELS = [
     _Panel("Sampling entropy (per token)", "entropy per token", "entropy"),
     _Panel("Completion length (tokens)", "mean length", "len_mean"),
     _Panel("Training loss", "loss", "loss"),
-    _Panel("Process-reward weight α (tango)", "α", "alpha"),
-    _Panel("Verifier reliability r (tango.alpha: auto)", "r", "alpha_trust", unit_interval=True),
-    _Panel("PRM ranking accuracy (prime)", "ranking accuracy", "ranking_acc",
-           unit_interval=True),
-    _Panel("Prompts within the filter (prime)", "share of prompts drawn", "passed_share", unit_interval=True),
-    _Panel("Reference preferred (spin)", "share of pairs", "pair_acc", unit_interval=True),
+    *(_Panel(*p) for p in registry.panels()),  # each recipe's own, declared beside its run()
 ]
 _EVAL_PANEL = _Panel("Greedy pass@1 during training", "pass@1", "pass@1", unit_interval=True)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from cotrain.roles import proposer, tester
+from cotrain.roles import planner, proposer, tester, worker
 from cotrain.roles.generator import chat_messages, plain_prompt
 
 
@@ -46,3 +46,19 @@ def encode_tester_prompts(tokenizer: PreTrainedTokenizerBase, questions: list[st
         return [tokenizer.apply_chat_template(tester.chat_messages(q, notation), add_generation_prompt=True, tokenize=True,
                                               return_dict=False) for q in questions]
     return [tokenizer(tester.plain_prompt(q))["input_ids"] for q in questions]
+
+
+def encode_planner_prompts(tokenizer: PreTrainedTokenizerBase, questions: list[str]) -> list[list[int]]:
+    """Token ids of each question's planner prompt (roles/planner.py)."""
+    if uses_chat(tokenizer):
+        return [tokenizer.apply_chat_template(planner.chat_messages(q), add_generation_prompt=True, tokenize=True,
+                                              return_dict=False) for q in questions]
+    return [tokenizer(planner.plain_prompt(q))["input_ids"] for q in questions]
+
+
+def encode_worker_prompts(tokenizer: PreTrainedTokenizerBase, calls: list[tuple[str, list[str], str]]) -> list[list[int]]:
+    """Token ids of each worker call's prompt (roles/worker.py): (question, steps so far, operation)."""
+    if uses_chat(tokenizer):
+        return [tokenizer.apply_chat_template(worker.chat_messages(*c), add_generation_prompt=True, tokenize=True,
+                                              return_dict=False) for c in calls]
+    return [tokenizer(worker.plain_prompt(*c))["input_ids"] for c in calls]

@@ -62,6 +62,12 @@ from cotrain.train.setup import build_task, derive_seed, initial_model, make_opt
 from cotrain.train.update import generator_update, optimizer_step, rollout_logprobs, zero_grads
 
 
+PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
+    ("PRM ranking accuracy (prime)", "ranking accuracy", "ranking_acc", True),
+    ("Prompts within the filter (prime)", "share of prompts drawn", "passed_share", True),
+)
+
+
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, p = cfg.grpo, cfg.prime
     # ------------------------------------------------------------------ build

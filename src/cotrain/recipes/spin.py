@@ -47,6 +47,11 @@ from cotrain.train.setup import build_task, derive_seed, initial_model, make_opt
 from cotrain.train.update import optimizer_step, sequence_logprobs, zero_grads
 
 
+PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
+    ("Reference preferred (spin)", "share of pairs", "pair_acc", True),
+)
+
+
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     sp = cfg.spin
     # ------------------------------------------------------------------ build

@@ -101,6 +101,12 @@ from cotrain.train.verifier import (
 )
 
 
+PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
+    ("Process-reward weight α (tango)", "α", "alpha", False),
+    ("Verifier reliability r (tango.alpha: auto)", "r", "alpha_trust", True),
+)
+
+
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, v, tg = cfg.grpo, cfg.verifier, cfg.tango
     frozen = cfg.recipe == "frozen_verifier" or tg.ver_steps == 0

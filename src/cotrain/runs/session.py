@@ -159,18 +159,21 @@ def savable(roles: dict) -> dict:
 
 
 def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step: int,
-           other_models: dict | None = None, other_results: dict | None = None) -> dict:
+           other_models: dict | None = None, other_results: dict | None = None,
+           generator_results: dict | None = None) -> dict:
     """Save the final model(s), evaluate every split, write eval.json and (with `log.plots`) plots.
 
     Args:
         other_models: {role: (model, tokenizer)} saved beside the generator in `final/`.
         other_results: more eval.json entries ({role: {split: {metric: value}}}), evaluated by the recipe.
+        generator_results: {split: metrics} the recipe evaluated in place of the generator model's own
+            (mars: its planner and worker together), written as eval.json's `generator`.
     """
     session.progress.close()
     others = {role: (dist.plain_copy(m), tok) for role, (m, tok) in (other_models or {}).items()}
     dist.on_main(_save_final, session.run_dir, dist.plain_copy(model), tokenizer, others)
-    results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
-                                               **eval_kwargs(cfg))}
+    results = {"generator": generator_results if generator_results is not None else
+               evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n, **eval_kwargs(cfg))}
     results.update(other_results or {})
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
     row.update({f"eval/{role}/{split}/{k}": v for role, splits in (other_results or {}).items()

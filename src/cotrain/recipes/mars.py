@@ -1,0 +1,215 @@
+"""MARS multi-agent GRPO: a planner and a worker acting in turn, trained together on a shared trajectory reward.
+
+Chen et al. 2025, "MARS: Optimizing Dual-System Deep Research via Multi-Agent Reinforcement Learning"
+(arXiv 2510.04935), research direction 4; the grouping of AT-GRPO (PettingLLMs). Formulas in
+rl/multi_agent.py, trajectories in train/multi_agent.py, role formats in roles/planner.py and
+roles/worker.py.
+
+Algorithm, each step:
+  plan     B problems, G plans each by the planner (System 2 in MARS: it reasons and plans).
+  work     for each plan, the worker (System 1: it handles each planned call) is called once per planned
+           operation and writes that step; the steps and the last result make the solution.
+  reward   one per trajectory: 1 if the task grades its solution right, else 0; both roles share it.
+  advantage the planner's G plans of a problem form a group; the worker's calls of turn k of a
+           problem's trajectories form another (AT-GRPO's grouping by agent and turn); each reward is
+           normalised within its group: A = (r − mean) / (std + 1e-4).
+  balance  the worker's calls (about n−1 per trajectory) are drawn down, or up, to the planner's count,
+           with probability ∝ |A| (`mars.balance`), after the advantages are computed; the counts before
+           and after are logged.
+  update   each role's GRPO loss (rho = 1) on its own tokens only, averaged over its own tokens; one
+           model: the two losses summed, one optimizer step; two models (`mars.two_models`): each steps
+           its own.
+
+Ablations: `mars.plan: false` (an empty plan: the worker alone, called as many times as the reference
+solution has steps, choosing each operation itself, trained as above); and `recipe: grpo`, which writes
+plan and execution in one completion (a step line `a OP b=c` is its operation and its result).
+
+Warm-up (`mars.warmup_steps`, step 0): SFT of the two formats on reference solutions, as a verifier's
+warm-up reads labels. Evaluation: the planner and worker together (`evaluate_pair`): eval.json's
+`generator` section is the pair's, so studies compare it with any generator; `eval/<split>/pass@1`
+during training likewise.
+
+Deviations from MARS, and why:
+  - MARS's System 1 summarises tool outputs for a deep-research System 2 that may call tools any number
+    of times; here the worker carries out each planned arithmetic operation, one call per planned step.
+  - The text of MARS we could read describes balancing as a random draw of System 1's samples to System
+    2's count after the advantages are computed; the draw here is weighted by |A| (zero-advantage samples,
+    which add no gradient, left out first), and sampling up keeps every sample once.
+  - MARS's group normalisation is over each system's samples; here the worker's groups are per problem
+    and turn, as AT-GRPO groups them, so a later turn is not compared with an earlier one.
+  - No bin packing (it batches long tool outputs for System 1's throughput; the steps here are short).
+  - Without a plan the number of worker calls is the reference solution's step count (in countdown
+    n − 1 for n numbers, given by the rules; in arith one per operator of the question).
+
+Metrics: `gen/reward` (the trajectories' accuracy), `plan/*` (parsed: the share of plans that parse; n_ops, entropy,
+loss, clip_ratio, grad_norm), `work/*` (calls, trained, followed: steps whose operation is the planned
+one; entropy, loss), `work/calls_before` and `work/calls_after` (the balancing's counts).
+
+Run:  cotrain run configs/mars_smoke.yaml --out runs/mars
+"""
+from __future__ import annotations
+
+import torch
+
+from cotrain import dist
+from cotrain.config import RunConfig
+from cotrain.eval.evaluate import EVAL_SEED
+from cotrain.eval.during import eval_kwargs
+from cotrain.rl.losses import group_advantages
+from cotrain.rl.multi_agent import balanced_indices, grouped_advantages
+from cotrain.runs.rundir import list_checkpoints
+from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
+from cotrain.models.generate import select_rows
+from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.multi_agent import episode_tokens, evaluate_pair, followed, play, warm_up
+from cotrain.train.rollout import rollout_metrics
+from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
+from cotrain.train.update import optimizer_step, policy_backward, zero_grads
+
+
+PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
+    ("Worker steps that follow the plan (mars)", "share of steps", "followed", True),
+    ("Plans that parse (mars)", "share of plans", "parsed", True),
+    ("Worker calls per step, before balancing (mars)", "calls", "calls_before", False),
+)
+
+
+def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
+    g, m = cfg.grpo, cfg.mars
+    # ------------------------------------------------------------------ build
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    model, tokenizer = initial_model(cfg)                       # the worker (and the planner, with one model)
+    model.train()
+    pool = [p for p in training_pool(task, cfg, cfg.train.n_problems)[0] if p.steps or m.plan]
+    opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
+    roles = {"generator": (model, tokenizer, opt, sched)}
+    planner_model, popt, psched = model, opt, sched
+    if m.two_models:
+        planner_model, _ = initial_model(cfg)
+        planner_model.train()
+        popt, psched = make_optimizer(planner_model, cfg.train, cfg.train.steps)
+        roles["planner"] = (planner_model, tokenizer, popt, psched)
+    prole = "plan" if m.two_models else "gen"                   # the compute account of the planner's tokens
+    warmed = resume and bool(list_checkpoints(run_dir))         # a checkpoint exists only after the warm-up
+    session = open_session(cfg, run_dir, resume, roles, desc="mars")
+    compute = Compute({"gen": model.num_parameters(), **({"plan": planner_model.num_parameters()} if m.two_models else {})},
+                      session.state.get("compute"))
+    n_prompts = cfg.train.batch_size // g.group_size
+    play_kw = dict(use_plan=m.plan, plan_tokens=g.max_new_tokens, step_tokens=m.worker_max_new_tokens,
+                   bf16=cfg.train.bf16)
+    e = eval_kwargs(cfg)
+
+    def evaluate(splits, n, k=0):
+        return evaluate_pair(planner_model, model, tokenizer, task, splits, n=n, k=k, n_sampled=e["n_sampled"],
+                             temperature=e["temperature"], batch_size=e["batch_size"], seed=EVAL_SEED, **play_kw)
+
+    def eval_during() -> dict[str, float]:
+        split = cfg.eval.splits[0]
+        return {f"eval/{split}/pass@1": evaluate([split], cfg.eval.n_during).get(split, {}).get("pass@1", 0.0)}
+
+    # ------------------------------------------------------------------ warm-up (step 0: the roles' formats)
+    if not warmed and m.warmup_steps:
+        metrics = warm_up(planner_model, model, tokenizer, pool, steps=m.warmup_steps, batch_size=m.warmup_batch_size,
+                          lr=m.warmup_lr, use_plan=m.plan, train_cfg=cfg.train, seed=cfg.seed, bf16=cfg.train.bf16,
+                          micro_batch_size=cfg.train.micro_batch_size, compute=compute, roles=(prole, "gen"))
+        maybe_checkpoint(cfg, session, 0, roles, force=True, extra={"compute": compute.tokens})
+        session.logger.log(0, {**metrics, **compute.metrics()})
+    if cfg.eval.at_start and session.start_step == 0:
+        session.logger.log(0, eval_during())
+
+    for step in range(session.start_step + 1, cfg.train.steps + 1):
+        timer = StepTimer()
+        # -------------------------------------------------------------- trajectories: plans, then one worker call per planned step
+        problems = sample_batch(pool, n_prompts, cfg.seed, step)                               # [B]
+        ep = play(planner_model, model, tokenizer, problems, group_size=g.group_size, temperature=g.temperature,
+                  seed=derive_seed(cfg.seed, "rollout", step), **play_kw)                      # N = B*G trajectories
+        tokens = episode_tokens(ep)
+        for role, (forward, generated) in tokens.items():
+            compute.add(prole if role == "plan" else "gen", forward=forward, generated=generated)
+        timer.lap("gen", sum(t[1] for t in tokens.values()))
+
+        # -------------------------------------------------------------- the shared reward and each role's advantages
+        traj_problems = [p for p in problems for _ in range(g.group_size)]                     # [N]
+        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(ep.solutions, traj_problems))))
+        plan_adv = group_advantages(rewards, g.group_size) if m.plan else None                 # [N]
+        call_rewards = rewards[ep.call_traj] if ep.call_traj else torch.zeros(0)               # [M]
+        call_adv = grouped_advantages(call_rewards, [(i // g.group_size, k) for i, k in zip(ep.call_traj, ep.call_turn)])
+        # -------------------------------------------------------------- balance: the worker's calls drawn to the trajectories' count
+        before = len(ep.call_traj)
+        if m.balance and before:
+            keep = balanced_indices(call_adv, len(traj_problems), torch.Generator().manual_seed(
+                derive_seed(cfg.seed, "balance", step)))
+        else:
+            keep = torch.arange(before)
+        work_ro, work_adv = select_rows(ep.worker_ro, keep.tolist()), call_adv[keep]           # [M'] calls trained
+        timer.lap("reward")
+
+        # -------------------------------------------------------------- update: each role's loss on its own tokens
+        pst, wst, grad_norm = _update(model, opt, planner_model, popt, ep.plan_ro if m.plan else None, plan_adv,
+                                      work_ro, work_adv, g, cfg.train)
+        sched.step()
+        if m.two_models:
+            psched.step()
+        for role, s in ((prole, pst), ("gen", wst)):
+            compute.add(role, trained=s.get("tokens_trained", 0) + s.get("prompt_tokens_trained", 0))
+        trained = sum(s.get("tokens_trained", 0) + s.get("prompt_tokens_trained", 0) for s in (pst, wst))
+        timer.lap("update", trained)
+
+        # -------------------------------------------------------------- log / eval / checkpoint
+        n_ops = [len(p) for p, ok in zip(ep.plans, ep.plan_ok) if ok]
+        metrics = {
+            "gen/reward": rewards.mean().item(), "gen/acc": (rewards >= 1).float().mean().item(),
+            "gen/grad_norm": grad_norm, "gen/lr": sched.get_last_lr()[0],
+            "work/calls_before": float(before), "work/calls_after": float(len(keep)),
+            "work/followed": followed(ep) if m.plan else 0.0,
+            **{f"work/{k}": v for k, v in wst.items() if "tokens" not in k},
+            **(rollout_metrics("work", ep.worker_ro) if before else {}),
+            **compute.metrics(),
+        }
+        if m.plan:
+            metrics.update({"plan/parsed": sum(ep.plan_ok) / len(ep.plan_ok),
+                            "plan/n_ops": sum(n_ops) / len(n_ops) if n_ops else 0.0,
+                            **{f"plan/{k}": v for k, v in pst.items() if "tokens" not in k},
+                            **rollout_metrics("plan", ep.plan_ro)})
+        if cfg.eval.every and step % cfg.eval.every == 0:
+            metrics.update(eval_during())
+            timer.lap("eval")
+        metrics.update(timer.metrics())
+        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "calls": metrics["work/calls_after"]})
+        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+
+    # ------------------------------------------------------------------ final evaluation: the pair, in place of the generator alone
+    pair = evaluate(cfg.eval.splits, cfg.eval.n, k=e["k"])
+    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, generator_results=pair,
+                  other_results={"compute": compute.summary()},
+                  other_models={"planner": (planner_model, tokenizer)} if m.two_models else None)
+
+
+def _update(model, opt, planner_model, popt, plan_ro, plan_adv, work_ro, work_adv, g, train) -> tuple[dict, dict, float]:
+    """Each role's GRPO loss (rho = 1) on its own tokens, averaged over its own tokens: with one model
+    both losses add up before one optimizer step; with two, each model steps on its own. Returns the
+    planner's and the worker's loss statistics and the worker model's gradient norm (the planner's, with
+    two models, is in its statistics)."""
+    two = planner_model is not model
+    zero_grads(model)
+    if two:
+        zero_grads(planner_model)
+    pst, wst = {}, {}
+    if plan_ro is not None:
+        pmask = plan_ro.completion_mask.clone()
+        if g.mask_truncated:
+            pmask[plan_ro.truncated] = 0
+        pst = policy_backward(planner_model, plan_ro, plan_adv, pmask, g, bf16=train.bf16,
+                              micro_batch_size=train.micro_batch_size)
+    if work_ro.completion_ids.shape[0]:
+        wmask = work_ro.completion_mask.clone()
+        if g.mask_truncated:
+            wmask[work_ro.truncated] = 0
+        one = g.model_copy(update={"group_size": 1})  # a worker call's prompt is its own (no shared group prompt)
+        wst = policy_backward(model, work_ro, work_adv, wmask, one, bf16=train.bf16,
+                              micro_batch_size=train.micro_batch_size)
+    grad_norm = optimizer_step(model, opt, train.max_grad_norm)
+    if two:
+        pst["grad_norm"] = optimizer_step(planner_model, popt, train.max_grad_norm)
+    return pst, wst, grad_norm
