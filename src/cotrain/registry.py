@@ -44,6 +44,7 @@ RECIPES: dict[str, Recipe] = {
     "prime": Recipe("prime", fsdp=False),
     "spin": Recipe("spin", fsdp=False),
     "mars": Recipe("mars", fsdp=False),
+    "vstar": Recipe("vstar", roles=CO_TRAINING, fsdp=False),
     "cure": Recipe("cure", fsdp=False),
     "cure_label_free": Recipe("cure", label_free=True, fsdp=False, summary=(
         "CURE without labels: the generated unit tests stand in for the ground-truth ones on the training path.")),

@@ -176,10 +176,13 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
 
 def best_of_n_study(verifiers: dict[str, tuple], generator, gen_tokenizer, task: Task, split: str, *, n: int,
                     ns: list[int], temperature: float, gen_max_new_tokens: int, ver_max_new_tokens: int,
-                    batch_size: int = 256, bf16: bool = False, votes: int = 200) -> dict:
+                    batch_size: int = 256, bf16: bool = False, votes: int = 200, scorers: dict | None = None) -> dict:
     """Best-of-N against N for each verifier beside a random pick, majority voting and the oracle, on the
     same samples: max(ns) samples of each of `n` problems of `split` are drawn once (temperature
     `temperature`) and every N-subset is weighed alike.
+
+    `verifiers` are generative ({name: (model, tokenizer)}, scored by their verdicts); `scorers` score
+    samples any other way ({name: f(questions, texts) -> scores}, e.g. a DPO verifier's implicit reward).
 
     Returns:
         {"problems", "samples", "rows": {N: {"oracle": pass@N, "random": the mean correctness,
@@ -208,10 +211,13 @@ def best_of_n_study(verifiers: dict[str, tuple], generator, gen_tokenizer, task:
                         for s in (rng.sample(range(k), size) for _ in range(votes))) / votes for g in groups]
         rows[size] = {"oracle": sum(pass_at_k(k, c, size) for c in hits) / len(groups),
                       "random": sum(hits) / len(flat), "majority": sum(votes_at) / len(groups)}
+    questions = [p.question for p in flat]
+    scored = {name: score(questions, texts) for name, score in (scorers or {}).items()}
     for name, (model, tokenizer) in verifiers.items():
-        parsed = verify_batched(model, tokenizer, [p.question for p in flat], texts, batch_size=batch_size,
+        parsed = verify_batched(model, tokenizer, questions, texts, batch_size=batch_size,
                                 greedy=True, max_new_tokens=ver_max_new_tokens, bf16=bf16)
-        scores = [verifier_score(v) for v in parsed]
+        scored[name] = [verifier_score(v) for v in parsed]
+    for name, scores in scored.items():
         curve = best_of_n_curve([([scores[i] for i in g], [correct[i] for i in g]) for g in groups], ns)
         for size, value in curve.items():
             rows[size][name] = value

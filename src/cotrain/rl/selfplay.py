@@ -16,6 +16,8 @@ Shape letters: C candidate answers, P judging passes, n pairs.
 """
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 
 import torch
@@ -353,6 +355,35 @@ def preference_pairs(scores: list[float], min_gap: float) -> list[tuple[int, int
     if scores[i_best] - scores[i_worst] >= max(min_gap, 1e-12):
         return [(i_best, i_worst)]
     return []
+
+
+def correct_incorrect_pairs(correct: list[bool], group_size: int, per_problem: int) -> list[tuple[int, int]]:
+    """V-STaR's verifier pairs: within each problem's samples, (correct, incorrect) index pairs, up to
+    `per_problem` of them, pairing the m-th correct with the m-th incorrect sample cyclically (m = 0, 1,
+    ...), so that every sample takes part before any repeats; a problem whose samples are all right or
+    all wrong gives none.
+
+    Args:
+        correct: [B*G] each sample's correctness, a problem's G samples contiguous.
+        group_size: G.
+        per_problem: the most pairs a problem gives (at most #correct x #incorrect).
+
+    Returns:
+        [(i_correct, i_incorrect)] global indices, problem by problem.
+    """
+    assert len(correct) % group_size == 0, "correct must hold whole groups"
+    pairs = []
+    for start in range(0, len(correct), group_size):
+        right = [i for i in range(start, start + group_size) if correct[i]]
+        wrong = [i for i in range(start, start + group_size) if not correct[i]]
+        if not right or not wrong:
+            continue
+        # m-th pair: (right[m mod r], wrong[(m + t) mod w]) in block t = m // lcm(r, w): the pairs of a block
+        # are distinct (they differ mod r or mod w), and block t holds those with j − i ≡ t (mod gcd(r, w))
+        lcm = math.lcm(len(right), len(wrong))
+        pairs += [(right[m % len(right)], wrong[(m + m // lcm) % len(wrong)])
+                  for m in range(min(per_problem, len(right) * len(wrong)))]
+    return pairs
 
 
 def next_level(level: int, accuracy: float, raise_at: float, max_level: int) -> int:
