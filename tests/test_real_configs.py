@@ -35,7 +35,7 @@ FAST = ["--prompts", "1", "--max-new-tokens", "16"]  # a check's rollout on one 
 
 def test_every_recipe_has_a_real_config():
     assert {c.stem for c in CONFIGS} == {"sft", "grpo", "frozen_verifier", "tango", "consistency", "triad",
-                                         "reliability", "prime", "spin", "mars", "vstar"}
+                                         "reliability", "prime", "spin", "mars", "vstar", "self_rewarding"}
     assert all(p.is_file() for p in CODE_CONFIGS)
 
 

@@ -429,6 +429,20 @@ class VstarConfig(_Section):
         return sorted(set(ns))
 
 
+class SelfRewardingConfig(_Section):
+    """Self-Rewarding LMs (`recipe: self_rewarding`): the model judges its own samples, its best and worst
+    of a problem become a DPO pair, iteration after iteration; the judge is the model itself."""
+
+    beta: float = Field(0.1, gt=0, description="β of the DPO loss (Self-Rewarding: 0.1).")
+    iteration_steps: int = Field(50, ge=1, description=(
+        "Optimizer steps per iteration: DPO's reference is the model as the iteration began (M_t), frozen."))
+    min_gap: float = Field(0.0, ge=0, description=(
+        "The least judge-score gap between a problem's best and worst sample for them to make a pair (0: any gap)."))
+    rehearse: float = Field(0.5, ge=0, lt=1, description=(
+        "Share of each judge warm-up batch (verifier.warmup_sft_steps) that rehearses the generator on "
+        "reference solutions: the judge is the generator too."))
+
+
 class SpinConfig(_Section):
     """Self-play fine-tuning (`recipe: spin`): the reference solution against the previous iterate's sample."""
 
@@ -573,6 +587,7 @@ class RunConfig(_Section):
     spin: SpinConfig = Field(default_factory=SpinConfig)
     mars: MarsConfig = Field(default_factory=MarsConfig)
     vstar: VstarConfig = Field(default_factory=VstarConfig)
+    self_rewarding: SelfRewardingConfig = Field(default_factory=SelfRewardingConfig)
     safeguard: SafeguardConfig = Field(default_factory=SafeguardConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

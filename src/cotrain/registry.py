@@ -45,6 +45,7 @@ RECIPES: dict[str, Recipe] = {
     "spin": Recipe("spin", fsdp=False),
     "mars": Recipe("mars", fsdp=False),
     "vstar": Recipe("vstar", roles=CO_TRAINING, fsdp=False),
+    "self_rewarding": Recipe("self_rewarding", fsdp=False),
     "cure": Recipe("cure", fsdp=False),
     "cure_label_free": Recipe("cure", label_free=True, fsdp=False, summary=(
         "CURE without labels: the generated unit tests stand in for the ground-truth ones on the training path.")),

@@ -29,23 +29,32 @@ Run:  cotrain run configs/spin_smoke.yaml --out runs/spin
 """
 from __future__ import annotations
 
-import shutil
-
 import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training
-from cotrain.models.build import load_weights, save_model
+from cotrain.models.build import load_weights
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.selfplay import spin_loss
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_tokens
-from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
+from cotrain.train.setup import (
+    build_task,
+    derive_seed,
+    initial_model,
+    iterate_dir,
+    keep_iterate,
+    make_optimizer,
+    sample_batch,
+    training_pool,
+)
 from cotrain.train.update import optimizer_step, sequence_logprobs, zero_grads
 
+
+OPPONENT = "spin/opponent"  # each iteration's opponent: run_dir/spin/opponent_<k>
 
 PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
     ("Reference preferred (spin)", "share of pairs", "pair_acc", True),
@@ -66,7 +75,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="spin")
     if session.start_step % sp.iteration_steps:  # resumed within an iteration: its opponent as saved
-        load_weights(opponent, _opponent_dir(session.run_dir, session.start_step // sp.iteration_steps))
+        load_weights(opponent, iterate_dir(session.run_dir, OPPONENT, session.start_step // sp.iteration_steps))
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))
 
     eval_at_start(cfg, session, model, tokenizer, task)
@@ -76,7 +85,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         if (step - 1) % sp.iteration_steps == 0 and step > 1:  # a new iteration: the opponent is the model now
             opponent.load_state_dict(model.state_dict())
         if (step - 1) % sp.iteration_steps == 0:
-            dist.on_main(_keep_opponent, opponent, tokenizer, session.run_dir, iteration)
+            dist.on_main(keep_iterate, opponent, tokenizer, session.run_dir, OPPONENT, iteration)
         # -------------------------------------------------------------- the opponent's synthetic solutions
         problems = sample_batch(pool, cfg.train.batch_size, cfg.seed, step)                      # [B]
         questions = [p.question for p in problems]
@@ -118,15 +127,3 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results={"compute": compute.summary()})
 
-
-def _opponent_dir(run_dir, iteration: int):
-    """Where an iteration's opponent is kept, so that a run resumed within the iteration meets it again."""
-    return run_dir / "spin" / f"opponent_{iteration}"
-
-
-def _keep_opponent(opponent, tokenizer, run_dir, iteration: int) -> None:
-    """Save this iteration's opponent and drop those before the previous iteration's (a run resumes from
-    a checkpoint of this iteration or, with checkpoints rarer than iterations, of the one before)."""
-    save_model(opponent, tokenizer, _opponent_dir(run_dir, iteration))
-    for old in range(iteration - 1):
-        shutil.rmtree(_opponent_dir(run_dir, old), ignore_errors=True)

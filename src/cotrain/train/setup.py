@@ -1,10 +1,12 @@
 """What a recipe builds before its loop: the task and its training problems, each step's batch, the
-starting models (with their memory options, sharded when asked), the optimizer and its schedule, and
-the seeds every random choice derives from."""
+starting models (with their memory options, sharded when asked), the optimizer and its schedule, the
+seeds every random choice derives from, and the frozen iterates of the iterative recipes."""
 from __future__ import annotations
 
 import hashlib
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from cotrain import dist
 from cotrain.config import RunConfig, TrainConfig
 from cotrain.errors import UserError
-from cotrain.models.build import build_model, load_model, prepare_for_training
+from cotrain.models.build import build_model, load_model, prepare_for_training, save_model
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.tasks import make_task
 from cotrain.tasks.base import Problem, Task
@@ -94,3 +96,17 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, total_steps: int):
         return max(0.0, 1 - frac)
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def iterate_dir(run_dir: Path, name: str, iteration: int) -> Path:
+    """Where an iterative recipe keeps iteration `iteration`'s frozen model (`run_dir/<name>_<k>` under
+    the recipe's folder, e.g. spin/opponent_2), so that a run resumed within the iteration meets it again."""
+    return Path(run_dir) / name.split("/")[0] / f"{name.split('/')[-1]}_{iteration}"
+
+
+def keep_iterate(model, tokenizer, run_dir: Path, name: str, iteration: int) -> None:
+    """Save this iteration's frozen model and drop those before the previous iteration's (a run resumes
+    from a checkpoint of this iteration or, with checkpoints rarer than iterations, of the one before)."""
+    save_model(model, tokenizer, iterate_dir(run_dir, name, iteration))
+    for old in range(iteration - 1):
+        shutil.rmtree(iterate_dir(run_dir, name, old), ignore_errors=True)

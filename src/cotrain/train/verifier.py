@@ -279,13 +279,16 @@ def pair_example(task, problem, solution: str, rng: random.Random, chat: bool = 
     return problem.question, first, second, reference_pair(task, problem, first, second, chat=chat)
 
 
-def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok, compute: Compute) -> dict[str, float]:
+def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok, compute: Compute,
+                    rehearse: float = 0.0) -> dict[str, float]:
     """SFT of the verifier on `warmup_examples`, each labelled by `reference_verification`: a verdict
     per step and a final one, from the task's process labels (which step an error was injected at).
     This is the one place co-training reads process labels, a stated exception to "the verifier's RL
     reward never uses process labels" (RL Tango warms up by RL on outcomes alone:
     `verifier.warmup_sft_steps: 0`, `warmup_rl_steps: 40`). With `verifier.warmup_pair_frac` a share of
-    each batch is pairwise judgments instead (`pair_example`)."""
+    each batch is pairwise judgments instead (`pair_example`). `rehearse`: the share of each batch that
+    rehearses the generator on reference solutions, for a verifier that is the generator too (a
+    judge-only warm-up erases a generator: see recipes/cure.py)."""
     v = cfg.verifier
     if v.warmup_sft_steps == 0:
         return {}
@@ -298,15 +301,21 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
     rng = random.Random(derive_seed(cfg.seed, "warmup-order"))
     pair_rng = random.Random(derive_seed(cfg.seed, "warmup-pairs"))
     n_pairs = round(v.warmup_batch_size * v.warmup_pair_frac)
+    solved = [p for p in pool if p.solution] if rehearse else []
+    n_rehearsed = round(v.warmup_batch_size * rehearse) if solved else 0
     progress = Progress(v.warmup_sft_steps, enabled=cfg.log.progress and dist.is_main(), desc="verifier warm-up (sft)")
     for step in range(1, v.warmup_sft_steps + 1):
-        idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size - n_pairs)]
+        idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size - n_pairs - n_rehearsed)]
         prompts = encode_verifier_prompts(vtok, [pairs[i][0].question for i in idx], [pairs[i][1] for i in idx])
         completions = [encode_completion(vtok, targets[i]) for i in idx]
         judged = [pair_example(task, *pairs[pair_rng.randrange(len(pairs))], pair_rng, chat) for _ in range(n_pairs)]
         if judged:
             prompts += encode_pair_prompts(vtok, *map(list, zip(*[j[:3] for j in judged])))
             completions += [encode_completion(vtok, j[3]) for j in judged]
+        rehearsed = [solved[pair_rng.randrange(len(solved))] for _ in range(n_rehearsed)]
+        if rehearsed:
+            prompts += encode_generator_prompts(vtok, [p.question for p in rehearsed])
+            completions += [encode_completion(vtok, p.solution) for p in rehearsed]
         st = supervised_step(verifier, opt, prompts, completions,
                              vtok.pad_token_id, max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
                              micro_batch_size=cfg.train.micro_batch_size)
