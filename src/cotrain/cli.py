@@ -333,6 +333,13 @@ def cmd_study(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from cotrain.analysis.report import build_report
+
+    print(build_report(args.paths, args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cotrain", description="RL co-training of language models that check each other.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -411,6 +418,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "each setting it names, against a measured x; writes "
                                                           "SPEC.md and SPEC.png beside it"))
     st.set_defaults(fn=cmd_study)
+
+    rp = sub.add_parser("report", help=("one self-contained HTML page of runs, sweeps and studies to send to a "
+                                        "colleague: cotrain report DIR... --out report.html"))
+    rp.add_argument("paths", nargs="+", help="run, sweep or study directories (results/<study>), in page order")
+    rp.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
+    rp.set_defaults(fn=cmd_report)
     return p
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from pathlib import Path
 
 import torch
 
@@ -140,6 +141,28 @@ def machine() -> dict:
         "peft": _version("peft"),
         "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else [],
     }
+
+
+def provenance() -> dict:
+    """What made a run: cotrain's version, the commit of its source tree (with `dirty` when it has
+    uncommitted changes; None outside a git checkout) and the command line."""
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+
+    src = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip()) if commit else None
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    try:
+        ours = version("cotrain")
+    except PackageNotFoundError:
+        ours = None
+    return {"cotrain": ours, "commit": commit, "dirty": dirty, "command": " ".join(["cotrain", *sys.argv[1:]])
+            if Path(sys.argv[0]).name == "cotrain" else " ".join(sys.argv)}
 
 
 def machine_line(info: dict | None = None) -> str:

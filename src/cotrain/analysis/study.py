@@ -21,7 +21,7 @@ from cotrain.analysis.plot import load_metrics
 from cotrain.config import read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.registry import RECIPES
-from cotrain.stats import POINTS, auto_criteria, mean_ci95, paired_difference, plan_criteria
+from cotrain.stats import POINTS, Criterion, auto_criteria, mean_ci95, paired_difference, plan_criteria
 
 BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
 AUTO, SCHEDULE = "tango_auto", "tango"  # `tango.alpha: auto` and the paper's schedule, read by auto_criteria
@@ -157,6 +157,44 @@ def _mean_alpha(runs: dict[int, Run]) -> float | None:
     return sum(alphas) / len(alphas) if alphas else None
 
 
+VERDICT = {True: "holds", False: "does not hold", None: "cannot say"}
+
+
+def _finals(runs: dict[int, Run], split: str) -> dict[int, float]:
+    return {s: r.final(split) for s, r in runs.items() if r.final(split) is not None}
+
+
+def _vs_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str):
+    """The paired (arm − grpo) difference of the final `split` pass@1 in points, or None (no grpo arm,
+    the arm is grpo, or no seed in common)."""
+    base = arms.get(BASELINE)
+    if not base or arm == BASELINE:
+        return None
+    b, a = _finals(base, split), _finals(arms[arm], split)
+    return paired_difference(b, a, POINTS) if set(b) & set(a) else None
+
+
+def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) -> list[tuple[str, Criterion]]:
+    """The plan's criteria (`stats.plan_criteria`) of each co-training arm against grpo, and `tango.alpha:
+    auto`'s two rules for its arm, as (arm, criterion) in the study's order of arms. The label-free gain
+    needs the start's `test` pass@1 (`start`)."""
+    out = []
+    for arm, runs in arms.items():
+        d_test = _vs_baseline(arms, arm, "test")
+        if d_test is None or arm in (LABELFREE, LONG):  # the criteria compare co-training with grpo
+            continue
+        test = _finals(runs, "test")
+        gain = vs = None
+        if LABELFREE in arms and start is not None:
+            lf = _finals(arms[LABELFREE], "test")
+            gain = paired_difference({s: start for s in lf}, lf, POINTS)
+            if set(lf) & set(test):
+                vs = paired_difference(test, lf, POINTS)
+        extra = auto_criteria(d_test, _mean_alpha(runs), _mean_alpha(arms.get(SCHEDULE, {}))) if arm == AUTO else []
+        out += [(arm, c) for c in plan_criteria(d_test, _vs_baseline(arms, arm, "ood"), gain, vs) + extra]
+    return out
+
+
 def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
@@ -170,18 +208,10 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
              "steps to grpo's final | FLOPs (warm-up) | grpo at these FLOPs (without the warm-up) | mean α (r) | "
              "gain over the start (points) | CPU |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    criteria = []
     for arm, runs in arms.items():
-        test = {s: r.final("test") for s, r in runs.items() if r.final("test") is not None}
-        ood = {s: r.final("ood") for s, r in runs.items() if r.final("ood") is not None}
-        d_test = d_ood = None
-        if base and arm != BASELINE:
-            b_test = {s: r.final("test") for s, r in base.items() if r.final("test") is not None}
-            b_ood = {s: r.final("ood") for s, r in base.items() if r.final("ood") is not None}
-            if set(b_test) & set(test):
-                d_test = paired_difference(b_test, test, POINTS)
-            if set(b_ood) & set(ood):
-                d_ood = paired_difference(b_ood, ood, POINTS)
+        test = _finals(runs, "test")
+        ood = _finals(runs, "ood")
+        d_test, d_ood = _vs_baseline(arms, arm, "test"), _vs_baseline(arms, arm, "ood")
         reach = "–"
         if target is not None and all(r.steps for r in runs.values()):
             steps, acc, _, _ = mean_curve(runs)
@@ -209,17 +239,8 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
                      f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
                      f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | "
                      f"{over} | {cpus} |")
-        if d_test is not None and arm not in (LABELFREE, LONG):  # the criteria compare co-training with grpo
-            gain = vs = None
-            if LABELFREE in arms and start is not None:
-                lf = {s: r.final("test") for s, r in arms[LABELFREE].items() if r.final("test") is not None}
-                gain = paired_difference({s: start for s in lf}, lf, POINTS)
-                if set(lf) & set(test):
-                    vs = paired_difference(test, lf, POINTS)
-            extra = auto_criteria(d_test, _mean_alpha(runs), _mean_alpha(arms.get(SCHEDULE, {}))) if arm == AUTO else []
-            for c in plan_criteria(d_test, d_ood, gain, vs) + extra:
-                verdict = {True: "holds", False: "does not hold", None: "cannot say"}[c.holds]
-                criteria.append(f"- {arm}, **{c.name}** ({c.rule}): {verdict}; {c.figures}")
+    criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
+                for arm, c in study_criteria(arms, start)]
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
     return "\n".join(lines + ([""] + criteria if criteria else []))
@@ -255,16 +276,20 @@ def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
     plt.close(fig)
 
 
+def build_start(study_dir: str | Path) -> float | None:
+    """The study's start's `test` pass@1 (`starts/sft/eval.json`), or None."""
+    start_eval = Path(study_dir) / "starts" / "sft" / "eval.json"
+    if not start_eval.is_file():
+        return None
+    return json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
+
+
 def build_study(study_dir: str | Path) -> str:
     """Table (printed and written to table.md) and curves.png of a study directory."""
     study_dir = Path(study_dir)
     arms = load_study(study_dir)
     add_shared_warmup(arms, shared_warmup_flops(study_dir))
-    start_eval = study_dir / "starts" / "sft" / "eval.json"
-    start = None
-    if start_eval.is_file():
-        start = json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
-    text = study_table(arms, start)
+    text = study_table(arms, build_start(study_dir))
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     return text

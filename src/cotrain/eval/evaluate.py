@@ -78,3 +78,26 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
 def evaluate_generator(model, tokenizer, task: Task, splits: list[str], **kwargs) -> dict[str, dict[str, float]]:
     """{split: metrics} for the requested splits the task has."""
     return {s: evaluate_split(model, tokenizer, task, s, **kwargs) for s in splits if s in task.splits}
+
+
+def sample_records(model, tokenizer, task: Task, split: str, *, n: int, max_new_tokens: int, batch_size: int = 256,
+                   bf16: bool = False, verifier: tuple | None = None, verifier_max_new_tokens: int = 64) -> list[dict]:
+    """A few greedy completions of the first `n` evaluation problems of `split`, for people to read
+    (`samples.jsonl`, the report): question, completion, whether it is right and, with `verifier`
+    ((model, tokenizer)), its greedy verdict on it."""
+    problems = task.problems(split, n, seed=EVAL_SEED) if split in task.splits else []
+    if not problems:
+        return []
+    texts, truncated, _ = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
+                                    max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, seed=None)
+    out = [{"split": split, "question": p.question, "completion": t, "correct": task.grade(t, p) >= 1,
+            "truncated": bool(c)} for p, t, c in zip(problems, texts, truncated)]
+    if verifier is not None:
+        from cotrain.models.verify import verify_batched
+
+        verdicts = verify_batched(*verifier, [p.question for p in problems], texts, batch_size=batch_size,
+                                  greedy=True, max_new_tokens=verifier_max_new_tokens, bf16=bf16)
+        for row, v in zip(out, verdicts):
+            row["verdict"] = {True: "correct", False: "wrong", None: "none"}[v.final]
+            row["step_verdicts"] = ["correct" if x else "wrong" for x in v.steps]
+    return out

@@ -13,9 +13,9 @@ from pathlib import Path
 from cotrain import dist
 from cotrain.config import RunConfig
 from cotrain.eval.during import eval_kwargs
-from cotrain.eval.evaluate import evaluate_generator
+from cotrain.eval.evaluate import evaluate_generator, sample_records
 from cotrain.models.build import load_weights
-from cotrain.precision import dtype_warning, machine, resolve_bf16
+from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
 from cotrain.registry import RECIPES
 from cotrain.runs.alarms import KEYS as ALARM_KEYS
 from cotrain.runs.alarms import alarms_due
@@ -98,7 +98,7 @@ def choose_precision(cfg: RunConfig, models: list, run_dir: Path, resume: bool) 
     if dist.is_main():
         for text in lines:
             print(text, file=sys.stderr, flush=True)
-        env = {**machine(), "processes": dist.world(),
+        env = {**machine(), **provenance(), "processes": dist.world(),
                "precision": {"train.bf16": setting, "bf16_autocast": bf16, "model.dtype": cfg.model.dtype,
                              "devices": sorted({str(d) for d in devices}), "reason": line}}
         path = run_dir / "env.json"
@@ -180,6 +180,7 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
                 for split, m in splits.items() for k, v in m.items()})
     session.logger.log(step, row)
     session.logger.close()
+    _record_samples(cfg, session.run_dir, model, tokenizer, task, others.get("verifier"))
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
     if dist.is_main() and cfg.log.plots:
@@ -189,6 +190,26 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
         except Exception as err:  # a plot must never cost a finished run
             print(f"warning: plotting failed: {err}")
     return results
+
+
+SAMPLES = 8  # greedy completions kept in samples.jsonl for people to read
+
+
+def _record_samples(cfg: RunConfig, run_dir: Path, model, tokenizer, task: Task, verifier: tuple | None) -> None:
+    """`samples.jsonl`: SAMPLES greedy completions of the first eval split, graded, with the verifier's
+    verdict where the run has one. Never costs a finished run: a failure is one warning line."""
+    try:
+        rows = sample_records(model, tokenizer, task, cfg.eval.splits[0], n=SAMPLES,
+                              max_new_tokens=eval_kwargs(cfg)["max_new_tokens"], bf16=cfg.train.bf16,
+                              verifier=verifier, verifier_max_new_tokens=cfg.verifier.max_new_tokens)
+    except Exception as err:  # noqa: BLE001 (a sample for people to read must never cost a finished run)
+        print(f"warning: samples.jsonl not written: {err}")
+        return
+    if dist.is_main() and rows:
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        tmp = run_dir / "samples.jsonl.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(run_dir / "samples.jsonl")
 
 
 def record_data_files(run_dir: Path) -> None:
