@@ -527,6 +527,12 @@ class CheckpointConfig(_Section):
 class LogConfig(_Section):
     every: int = Field(1, ge=1, description="Write metrics every N steps.")
     tensorboard: bool = Field(True, description="Mirror metrics to TensorBoard when it is installed.")
+    wandb: bool = Field(False, description=(
+        "Mirror metrics to Weights & Biases (pip install wandb), also under TRL's names, and the sampled "
+        "completions as a table (runs/trackers.py)."))
+    wandb_project: str = Field("cotrain", min_length=1, max_length=128, description="The W&B project.")
+    wandb_mode: Literal["offline", "online"] = Field("offline", description=(
+        "offline: written under RUN_DIR/wandb, uploaded later by `wandb sync`; online: streamed."))
     progress: bool = Field(True, description="Live progress bar on stderr.")
     plots: bool = Field(True, description=(
         "Draw the run's plots (curves.png, eval.png, ...) when it ends; `cotrain plot RUN_DIR` draws them any time."))

@@ -81,10 +81,11 @@ def _clean(value):
 
 
 class MetricsLogger:
-    """Appends one JSON object per step to metrics.jsonl and mirrors it to TensorBoard."""
+    """Appends one JSON object per step to metrics.jsonl and mirrors it to TensorBoard (and `tracker`)."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None):
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None, tracker=None):
         self.path = run_dir / "metrics.jsonl"
+        self.tracker = tracker  # another mirror (runs/trackers.py), or None
         if resume_step is not None:
             self._truncate_after(resume_step)
         elif self.path.exists():
@@ -117,10 +118,14 @@ class MetricsLogger:
         for k, v in metrics.items():
             if isinstance(v, (int, float)) and math.isfinite(v):
                 self.tb.add_scalar(k, v, step)
+        if self.tracker is not None:
+            self.tracker.log(step, metrics)
 
     def close(self) -> None:
         self.tb.flush()
         self.tb.close()
+        if self.tracker is not None:
+            self.tracker.close()
 
 
 class NullLogger:

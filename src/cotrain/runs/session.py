@@ -19,6 +19,7 @@ from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
 from cotrain.registry import RECIPES
 from cotrain.runs.alarms import KEYS as ALARM_KEYS
 from cotrain.runs.alarms import alarms_due
+from cotrain.runs.trackers import open_tracker
 from cotrain.runs.rundir import (
     MetricsLogger,
     NullLogger,
@@ -64,8 +65,10 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
             load_weights(model, ckpt / role)
         state = load_checkpoint_state(ckpt, roles)
         start, stopped = state["step"], state.get("stopped", False)
-    logger = (MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None) if dist.is_main()
-              else NullLogger())
+    tracker = open_tracker(run_dir, cfg.model_dump(mode="json"), enabled=cfg.log.wandb and dist.is_main(),
+                           project=cfg.log.wandb_project, mode=cfg.log.wandb_mode, resume=resume)
+    logger = (MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None, tracker=tracker)
+              if dist.is_main() else NullLogger())
     progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress and dist.is_main(), desc=desc)
     dist.on_main(record_data_files, run_dir)
     history = _alarm_history(run_dir / "metrics.jsonl") if resume and dist.is_main() else []
@@ -179,8 +182,8 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
     row.update({f"eval/{role}/{split}/{k}": v for role, splits in (other_results or {}).items()
                 for split, m in splits.items() for k, v in m.items()})
     session.logger.log(step, row)
+    _record_samples(cfg, session.run_dir, model, tokenizer, task, others.get("verifier"), session.logger, step)
     session.logger.close()
-    _record_samples(cfg, session.run_dir, model, tokenizer, task, others.get("verifier"))
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
     if dist.is_main() and cfg.log.plots:
@@ -195,9 +198,11 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
 SAMPLES = 8  # greedy completions kept in samples.jsonl for people to read
 
 
-def _record_samples(cfg: RunConfig, run_dir: Path, model, tokenizer, task: Task, verifier: tuple | None) -> None:
+def _record_samples(cfg: RunConfig, run_dir: Path, model, tokenizer, task: Task, verifier: tuple | None,
+                    logger=None, step: int = 0) -> None:
     """`samples.jsonl`: SAMPLES greedy completions of the first eval split, graded, with the verifier's
-    verdict where the run has one. Never costs a finished run: a failure is one warning line."""
+    verdict where the run has one; mirrored to the run's tracker as a table. Never costs a finished run: a
+    failure is one warning line."""
     try:
         rows = sample_records(model, tokenizer, task, cfg.eval.splits[0], n=SAMPLES,
                               max_new_tokens=eval_kwargs(cfg)["max_new_tokens"], bf16=cfg.train.bf16,
@@ -205,6 +210,10 @@ def _record_samples(cfg: RunConfig, run_dir: Path, model, tokenizer, task: Task,
     except Exception as err:  # noqa: BLE001 (a sample for people to read must never cost a finished run)
         print(f"warning: samples.jsonl not written: {err}")
         return
+    tracker = getattr(logger, "tracker", None)
+    if tracker is not None and rows:  # as TRL's log_completions: a table of prompts and completions
+        tracker.table("completions", ["step", "prompt", "completion", "correct", "verdict"],
+                      [[step, r["question"], r["completion"], r["correct"], r.get("verdict", "")] for r in rows], step)
     if dist.is_main() and rows:
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         tmp = run_dir / "samples.jsonl.tmp"
