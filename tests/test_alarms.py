@@ -60,3 +60,24 @@ def test_log_step_writes_the_alarm_once_prints_it_and_a_resume_does_not_raise_it
     log_step(cfg, resumed, 4, {"cotrain/hack_gap": 0.7}, {})
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["step"] == 4 and "alarm/reward_hacking" not in last and "alarm" not in capsys.readouterr().err
+
+
+def test_a_results_directory_s_alarms_are_replayed_from_its_runs_rows(tmp_path):
+    """A study with one arm whose hacking gap rises to 0.3 from step 6 and one that stays healthy: the
+    replay finds reward_hacking at step 9, the first whose last 5 values average above 0.2 (step 8:
+    (0.3 * 3 + 0.05 * 2) / 5 = 0.2, not above; step 9: (0.3 * 4 + 0.05) / 5 = 0.25), in seed 0 of tango."""
+    import gzip
+
+    from cotrain.analysis.study import alarm_table, replay_alarms
+
+    def run(path, gaps):
+        path.mkdir(parents=True)
+        (path / "eval.json").write_text("{}")
+        (path / "config.yaml").write_text("recipe: tango\n")
+        with gzip.open(path / "metrics.jsonl.gz", "wt") as f:
+            f.writelines(json.dumps({"step": i + 1, "cotrain/hack_gap": g}) + "\n" for i, g in enumerate(gaps))
+    run(tmp_path / "study" / "tango" / "seed0", [0.05] * 5 + [0.3] * 10)
+    run(tmp_path / "study" / "grpo" / "seed0", [0.0] * 15)
+    assert replay_alarms(tmp_path / "study" / "tango" / "seed0") == [(9, "reward_hacking")]
+    table = alarm_table(tmp_path)
+    assert "| study | tango | reward_hacking | 0 (9) |" in table and "No alarm fired in: study/grpo." in table

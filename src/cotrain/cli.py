@@ -314,8 +314,13 @@ def cmd_archive(args) -> int:
 
 
 def cmd_study(args) -> int:
-    from cotrain.analysis.study import build_gains, build_study, verifier_table, world_table
+    from cotrain.analysis.study import alarm_table, build_gains, build_study, verifier_table, world_table
 
+    if args.alarms:
+        text = alarm_table(args.study)
+        (Path(args.study) / "alarms.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
+        return 0
     if args.verifiers:
         text = verifier_table(args.study)
         (Path(args.study) / "verifiers.md").write_text(text + "\n", encoding="utf-8")
@@ -417,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--gains", action="store_true", help=("STUDY is a gains spec (YAML): co-training's gain over grpo in "
                                                           "each setting it names, against a measured x; writes "
                                                           "SPEC.md and SPEC.png beside it"))
+    st.add_argument("--alarms", action="store_true", help=("STUDY is a results directory: which alarms fire over "
+                                                          "the studies under it, each run's rows replayed; writes alarms.md"))
     st.set_defaults(fn=cmd_study)
 
     rp = sub.add_parser("report", help=("one self-contained HTML page of runs, sweeps and studies to send to a "
