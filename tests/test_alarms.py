@@ -68,7 +68,7 @@ def test_a_results_directory_s_alarms_are_replayed_from_its_runs_rows(tmp_path):
     (0.3 * 3 + 0.05 * 2) / 5 = 0.2, not above; step 9: (0.3 * 4 + 0.05) / 5 = 0.25), in seed 0 of tango."""
     import gzip
 
-    from cotrain.analysis.study import alarm_table, replay_alarms
+    from cotrain.runs.alarms import alarm_table, replay_alarms
 
     def run(path, gaps):
         path.mkdir(parents=True)

@@ -102,6 +102,20 @@ def test_top_p_keeps_only_the_nucleus():
     assert kept.tolist() == [[True, True, False, False]]
 
 
+def test_top_k_samples_among_the_k_most_likely_tokens_renormalised():
+    """Probabilities (0.5, 0.3, 0.15, 0.05), k = 2: the draw's distribution is (0.625, 0.375, 0, 0), and
+    u = 0.7 falls past 0.625: the second token."""
+    from cotrain.models.generate import choose_tokens
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=torch.float64))
+    token, logp = choose_tokens(logits, torch.tensor([0.7], dtype=torch.float64), temperature=1.0, top_p=1.0,
+                                greedy=False, top_k=2)
+    assert logp.exp()[0].tolist() == pytest.approx([0.625, 0.375, 0.0, 0.0]) and token.tolist() == [1]
+    token, _ = choose_tokens(logits, torch.tensor([0.7], dtype=torch.float64), temperature=1.0, top_p=1.0,
+                             greedy=False, top_k=0)
+    assert token.tolist() == [1]  # all four: 0.7 falls in (0.5, 0.8]
+
+
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<assistant>{% endif %}")
 

@@ -24,7 +24,8 @@ from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task, extract_gs
 
 REAL = Path(__file__).resolve().parents[1] / "configs" / "real"
 CODE_CONFIGS = [REAL / "cure.yaml"]  # code co-training: a HumanEval-format file the user brings, then HumanEval
-CONFIGS = sorted(p for p in REAL.glob("*.yaml") if not p.stem.startswith("smollm2_") and p not in CODE_CONFIGS)  # on GSM8K
+CONFIGS = sorted(p for p in REAL.glob("*.yaml")
+                 if not p.stem.startswith(("smollm2_", "nanochat_")) and p not in CODE_CONFIGS)  # one per recipe, on GSM8K
 CPU_CONFIGS = sorted(REAL.glob("smollm2_*.yaml"))  # the real SmolLM2 sized for a CPU: tests/test_real_model.py
 DATA = shipped_data_dir()  # GSM8K, MATH-500 and HumanEval, gzipped in the package
 FAST = ["--prompts", "1", "--max-new-tokens", "16"]  # a check's rollout on one thread in about a second
@@ -180,7 +181,7 @@ def standins(tmp_path_factory) -> dict[str, Path]:
     corpus += [generator.CHAT_INSTRUCTION, verifier.CHAT_INSTRUCTION, proposer.CHAT_INSTRUCTION,
                "Step 1: CORRECT\nStep 2: INCORRECT\nFinal: INCORRECT"]
     return {arch: build_standin(arch, tmp_path_factory.mktemp(f"standin_{arch}"), corpus=corpus)
-            for arch in ("qwen2", "llama")}
+            for arch in ("qwen2", "llama", "nanochat")}
 
 
 RUNS = [  # (config, stand-in, class, roles reported besides the generator)
@@ -212,6 +213,26 @@ def test_check_starts_real_config_on_standin(standins, capsys, name, arch, cls, 
     assert ("verify" in report) == (name not in ("grpo", "sft"))  # a verifier or judge checks the first sample
     pool = 512 if name in ("triad", "reliability") else 7473  # self-play reads selfplay.seed_questions of them
     assert f"training pool {pool} problems; evaluation test 1319, ood 500" in report["task"]
+
+
+def test_the_nanochat_config_reproduces_chat_rl_and_checks_on_a_nanochat_standin(standins, capsys):
+    """configs/real/nanochat_grpo.yaml holds chat_rl.py's settings (no KL, on-policy, token-level loss,
+    mean-centred advantages, 16 x 16 samples, 256 tokens, temperature 1, top-k 50) and `cotrain check`
+    starts it on a NanoChatForCausalLM stand-in, sampling at top-k 50."""
+    path = REAL / "nanochat_grpo.yaml"
+    cfg = load_config(path)
+    g = cfg.grpo
+    assert (cfg.recipe, g.beta, g.num_iterations, g.loss_type, g.scale_rewards) == ("grpo", 0.0, 1, "dapo", "none")
+    assert (cfg.train.batch_size // g.group_size, g.group_size, g.max_new_tokens, g.temperature, g.top_k) == (16, 16, 256, 1.0, 50)
+    assert cfg.train.schedule == "linear" and cfg.train.steps * 16 <= 7473 < (cfg.train.steps + 1) * 16  # one epoch
+    named = [line for line in path.read_text().splitlines() if re.search(r"\bpath:", line) and not line.lstrip().startswith("#")]
+    assert len(named) == 1  # the one line to switch to a converted checkpoint
+    code = main(["check", str(path), f"model.path={standins['nanochat']}", *FAST])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = dict(line.split(None, 1) for line in out.splitlines()[1:-1] if not line.startswith(" "))
+    assert report["generator"].startswith("NanoChatForCausalLM") and "chat template yes" in report["generator"]
+    assert "top-k 50" in report["rollout"]
 
 
 def test_check_starts_the_cure_config_on_a_standin(standins, capsys, tmp_path):

@@ -1,5 +1,7 @@
-"""Stand-ins of real architectures (qwen2, llama) built offline: they reload through the pretrained-model
-path with their chat template, and every recipe runs on them through `model.path`.
+"""Stand-ins of real architectures (qwen2, llama, nanochat) built offline: they reload through the
+pretrained-model path with their chat template, and every recipe runs on them through `model.path`
+(on nanochat grpo here; the others, and prime, spin, mars, vstar and self_rewarding on every
+stand-in, in `make test-heavy`).
 
 The stand-ins are random: these tests check that the chat path runs end to end (templates, special
 tokens, byte-level BPE pieces, save and reload), not that anything is learned.
@@ -21,10 +23,11 @@ from cotrain.roles import generator, proposer, verifier
 from cotrain.tasks.arith import ArithTask
 from tests.conftest import nano_config, run_recipe
 
-ARCHS = ("qwen2", "llama")
+ARCHS = ("qwen2", "llama", "nanochat")
 # What a stand-in's tokenizer writes around a generator prompt (its chat template's markers).
-GENERATION_PROMPT = {"qwen2": "<|im_start|>assistant\n", "llama": "<|start_header_id|>assistant<|end_header_id|>\n\n"}
-MODEL_CLASS = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+GENERATION_PROMPT = {"qwen2": "<|im_start|>assistant\n", "llama": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                     "nanochat": "<|assistant_start|>"}
+MODEL_CLASS = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "nanochat": "NanoChatForCausalLM"}
 SAMPLE = "12+34=46\n46-5=41\n#### 41"
 
 
@@ -68,7 +71,7 @@ def test_standin_reloads_with_its_chat_template_and_left_padding(standins, arch)
     text = tok.decode(ids)
     assert f"Problem: {question}" in text and text.endswith(GENERATION_PROMPT[arch])
     assert tok.decode(ids, skip_special_tokens=True).count(question) == 1
-    if arch == "llama":  # the template writes bos once; apply_chat_template must not add a second
+    if arch in ("llama", "nanochat"):  # the template writes bos once; apply_chat_template must not add a second
         assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
     else:
         assert tok.bos_token_id is None
@@ -83,7 +86,7 @@ def test_standin_reloads_with_its_chat_template_and_left_padding(standins, arch)
 
 
 def test_standin_rejects_unknown_architectures(tmp_path):
-    with pytest.raises(ValueError, match="qwen2, llama"):
+    with pytest.raises(ValueError, match="qwen2, llama, nanochat"):
         build_standin("gpt2", tmp_path, corpus=["1+2"])
 
 
@@ -109,16 +112,26 @@ RUNS = {  # (run function, overrides of SMOKE)
     "triad_shared": (run_recipe, {"selfplay": {"shared_model": True}}),
     "triad_separate": (run_recipe, {"selfplay": {"shared_model": False}}),
     "reliability": (run_recipe, {}),
+    "prime": (run_recipe, {"prime": {"filter": False}}),
+    "spin": (run_recipe, {"spin": {"iteration_steps": 1}}),
+    "mars": (run_recipe, {"mars": {"worker_max_new_tokens": 8}}),
+    "vstar": (run_recipe, {"vstar": {"bon": [1, 2], "bon_problems": 2}}),
+    "self_rewarding": (run_recipe, {"verifier": {"warmup_sft_steps": 0}}),
 }
+NEWER = {"prime", "spin", "mars", "vstar", "self_rewarding"}  # on every stand-in in `make test-heavy` only
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("name", list(RUNS))
+# every recipe on qwen2 and llama; on nanochat grpo here and the rest in `make test-heavy`
+CASES = [pytest.param(arch, name, marks=[pytest.mark.heavy] if (arch == "nanochat" and name != "grpo") or name in NEWER
+                      else []) for arch in ARCHS for name in RUNS]
+
+
+@pytest.mark.parametrize("arch, name", CASES)
 def test_recipe_runs_on_standin(standins, arch, name, tmp_path):
     run, overrides = RUNS[name]
     raw = nano_config(name.split("_")[0] if name.startswith("triad") else name, **SMOKE)
     for key, value in overrides.items():
-        raw[key] = {**raw[key], **value}
+        raw[key] = {**raw.get(key, {}), **value}
     raw["model"] = {"path": str(standins[arch])}
     results = run(build_config(raw), tmp_path / "run")
 

@@ -126,7 +126,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     start = time.perf_counter()
     try:
         ro = generate(model, prompt_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
-                      temperature=plan["temperature"], top_p=g.top_p, greedy=plan["greedy"],
+                      temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
                       seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
         _sync(dev)
     except torch.cuda.OutOfMemoryError:
@@ -235,7 +235,9 @@ def first_rollout(cfg: RunConfig) -> dict:
                 "max_new_tokens": g.max_new_tokens, "what": f"strong regime, temperature {r.strong_temperature:g}"}
     return {"prompts_per_step": t.batch_size // g.group_size, "unit": f"prompts x G={g.group_size}",
             "group_size": g.group_size, "greedy": False, "temperature": g.temperature,
-            "max_new_tokens": g.max_new_tokens, "what": f"temperature {g.temperature:g}"}
+            "max_new_tokens": g.max_new_tokens,
+            "what": f"temperature {g.temperature:g}" + (f", top-k {g.top_k}" if g.top_k else "") + (
+                f", top-p {g.top_p:g}" if g.top_p < 1 else "")}
 
 
 def build_roles(cfg: RunConfig) -> dict[str, tuple]:

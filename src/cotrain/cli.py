@@ -314,7 +314,8 @@ def cmd_archive(args) -> int:
 
 
 def cmd_study(args) -> int:
-    from cotrain.analysis.study import alarm_table, build_gains, build_study, verifier_table, world_table
+    from cotrain.analysis.study import build_gains, build_study, verifier_table, world_table
+    from cotrain.runs.alarms import alarm_table
 
     if args.alarms:
         text = alarm_table(args.study)

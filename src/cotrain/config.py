@@ -157,6 +157,7 @@ class GrpoConfig(_Section):
     max_new_tokens: int = Field(48, ge=1, description="Completion length limit.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of rollouts.")
+    top_k: int = Field(0, ge=0, le=1_000_000, description="Sample rollouts among the k most likely tokens (0: all; nanochat: 50).")
     beta: float = Field(0.0, ge=0, description="KL coefficient to the frozen reference (no reference is built when 0).")
     epsilon: float = Field(0.2, gt=0, description="Lower PPO clip range.")
     epsilon_high: float | None = Field(None, gt=0, description="Upper PPO clip range (DAPO clip-higher); defaults to epsilon.")
@@ -627,9 +628,9 @@ class RunConfig(_Section):
             raise ValueError("train.fsdp with LoRA (model.lora_r > 0) is not supported; use one of them")
         if self.rollout.engine == "vllm" and self.train.fsdp:
             raise ValueError("rollout.engine: vllm with train.fsdp is not supported; use one of them")
-        if self.rollout.engine == "vllm" and self.grpo.top_p < 1:
-            raise ValueError("rollout.engine: vllm reports log-probs renormalised over the top-p nucleus, which the "
-                             "importance weights cannot match; set grpo.top_p: 1")
+        if self.rollout.engine == "vllm" and (self.grpo.top_p < 1 or self.grpo.top_k):
+            raise ValueError("rollout.engine: vllm reports log-probs renormalised over the top-p nucleus or the top-k "
+                             "tokens, which the importance weights cannot match; set grpo.top_p: 1 and grpo.top_k: 0")
         if self.rollout.engine == "vllm" and not recipe.vllm:
             vllm = [name for name, r in RECIPES.items() if r.vllm]
             raise ValueError(f"rollout.engine: vllm samples the generator of {', '.join(vllm)}; "

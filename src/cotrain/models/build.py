@@ -15,6 +15,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
+    NanoChatConfig,
     LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -105,6 +106,21 @@ _STANDINS = {
             "{% endfor %}"
             "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"),
     },
+    # nanochat (karpathy/nanochat): its tokenizer's nine specials, conversations as
+    # <|bos|><|user_start|>...<|user_end|><|assistant_start|>...<|assistant_end|>; no pad token of its own
+    # (bos pads, masked, on the left).
+    "nanochat": {
+        "specials": ["<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>",
+                     "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>"],
+        "bos": "<|bos|>", "eos": "<|assistant_end|>", "pad": "<|bos|>", "config_bos": "<|bos|>",
+        "template": (
+            "{{ bos_token }}"
+            "{% for message in messages %}"
+            "{% if message['role'] == 'user' %}{{ '<|user_start|>' + message['content'] + '<|user_end|>' }}"
+            "{% else %}{{ '<|assistant_start|>' + message['content'] + '<|assistant_end|>' }}{% endif %}"
+            "{% endfor %}"
+            "{% if add_generation_prompt %}{{ '<|assistant_start|>' }}{% endif %}"),
+    },
 }
 
 
@@ -117,12 +133,12 @@ def build_standin(arch: str, out_dir: str | Path, *, corpus: list[str], vocab_si
     reachable: a `Qwen2ForCausalLM` or `LlamaForCausalLM` from `AutoModelForCausalLM.from_config`, with a
     byte-level BPE tokenizer trained on `corpus`, the architecture's chat special tokens (bos, eos, pad)
     and a chat template in the style of its instruction-tuned releases (ChatML for qwen2, Llama-3
-    headers for llama), so prompts go through `apply_chat_template` exactly as with a real checkpoint.
+    headers for llama, nanochat's user/assistant markers for nanochat), so prompts go through `apply_chat_template` exactly as with a real checkpoint.
     It is saved with `save_model` and loads back with `load_model` (same vocabulary, chat template,
     left padding). Its weights are random: it exercises code paths, it does not solve anything.
 
     Args:
-        arch: "qwen2" or "llama".
+        arch: "qwen2", "llama" or "nanochat".
         out_dir: directory to write (created).
         corpus: texts the BPE merges are learned from (e.g. task questions, solutions, role prompts).
         vocab_size: target vocabulary size (256 bytes + special tokens + merges).
@@ -157,12 +173,13 @@ def build_standin(arch: str, out_dir: str | Path, *, corpus: list[str], vocab_si
         tokenizer_object=tok, bos_token=spec["bos"], eos_token=spec["eos"], pad_token=spec["pad"],
         padding_side="left", clean_up_tokenization_spaces=False, chat_template=spec["template"])
     # ---- model
-    config_class = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
+    config_class = {"qwen2": Qwen2Config, "llama": LlamaConfig, "nanochat": NanoChatConfig}[arch]
     config = config_class(
         vocab_size=max(len(tokenizer), model_vocab_size or 0), hidden_size=hidden_size, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads or (heads // 2 if heads % 2 == 0 else heads),
         intermediate_size=intermediate_size or 4 * hidden_size,
-        max_position_embeddings=2048, tie_word_embeddings=True, rms_norm_eps=1e-6,
+        max_position_embeddings=2048, rms_norm_eps=1e-6,
+        tie_word_embeddings=arch != "nanochat",  # nanochat unties its head (and uses relu², logits softcapped at 15)
         bos_token_id=tok.token_to_id(spec["config_bos"]), eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id)
     with torch.random.fork_rng():

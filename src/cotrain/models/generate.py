@@ -108,6 +108,7 @@ def generate(
     pad_id: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     greedy: bool = False,
     seed: int | None = None,
     bf16: bool = False,
@@ -142,7 +143,7 @@ def generate(
 
     def sample(mine, first):
         return _generate(model, mine, first, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
-                         temperature=temperature, top_p=top_p, greedy=greedy, seed=seed, bf16=bf16,
+                         temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy, seed=seed, bf16=bf16,
                          group_size=group_size, draft_tokens=draft_tokens, compiled=compiled)
     return split_by_rank(prompts, pad_id, sample)
 
@@ -188,7 +189,7 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
 
 @torch.no_grad()
 def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_tokens: int, eos_id: int, pad_id: int,
-              temperature: float, top_p: float, greedy: bool, seed: int | None, bf16: bool, group_size: int,
+              temperature: float, top_p: float, greedy: bool, seed: int | None, bf16: bool, group_size: int, top_k: int = 0,
               draft_tokens: int = 0, drafter=None, compiled: bool = False) -> Rollout:
     """`generate` of this process's prompts, the first of which is group `first_group` of the rollout;
     `drafter` (anything with `NgramDrafter.draft`) replaces the prompt lookup of drafted decoding."""
@@ -226,7 +227,7 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
             logits, attn, next_pos = (x.repeat_interleave(group_size, dim=0) for x in (logits, attn, next_pos))
             prompt_ids, prompt_mask = (x.repeat_interleave(group_size, dim=0) for x in (prompt_ids, prompt_mask))
         out = (out_ids, out_logp, out_entropy, out_mask, truncated)
-        options = dict(eos_id=eos_id, temperature=temperature, top_p=top_p, greedy=greedy, out=out)
+        options = dict(eos_id=eos_id, temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy, out=out)
         if draft_tokens > 0:
             drafter = drafter or NgramDrafter([list(p) for p in prompts for _ in range(group_size)])
             _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16, device, drafter, draft_tokens,
@@ -247,7 +248,7 @@ def entropy_of(logp_all: torch.Tensor) -> torch.Tensor:
 
 
 def _plain_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, *, eos_id: int,
-                  temperature: float, top_p: float, greedy: bool, out: tuple) -> None:
+                  temperature: float, top_p: float, greedy: bool, out: tuple, top_k: int = 0) -> None:
     """The decode loop of `generate`: one token per row and forward pass, writing into `out` (ids, logp,
     entropy, mask [N, max_new_tokens] each, truncated [N]); finished rows leave the batch and the cache."""
     out_ids, out_logp, out_entropy, out_mask, truncated = out
@@ -255,7 +256,7 @@ def _plain_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, devic
     live = torch.arange(n)  # rows of the full batch still generating, in cache order
     for t in range(max_new_tokens):
         tokens, logp_all = choose_tokens(logits, None if greedy else noise[live, t], temperature=temperature,
-                                         top_p=top_p, greedy=greedy)
+                                         top_p=top_p, top_k=top_k, greedy=greedy)
         out_ids[live, t] = tokens.cpu()
         out_logp[live, t] = logp_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
         out_entropy[live, t] = entropy_of(logp_all).cpu()
@@ -281,7 +282,7 @@ COMPILE_BACKEND = "inductor"
 
 
 def _static_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, *, eos_id: int,
-                   temperature: float, top_p: float, greedy: bool, out: tuple) -> None:
+                   temperature: float, top_p: float, greedy: bool, out: tuple, top_k: int = 0) -> None:
     """The decode loop of `generate(compiled=True)`: the prompt's cache (`cache`, dynamic) is copied into
     a `StaticCache` as long as prompt + max_new_tokens, and every pass runs all N rows through the
     compiled model at the next cache position; a row's tokens are kept until its eos."""
@@ -297,7 +298,7 @@ def _static_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, devi
     live = torch.ones(n, dtype=torch.bool)
     for t in range(max_new_tokens):
         tokens, logp_all = choose_tokens(logits, None if greedy else noise[:, t], temperature=temperature,
-                                         top_p=top_p, greedy=greedy)
+                                         top_p=top_p, top_k=top_k, greedy=greedy)
         rows = live.nonzero().squeeze(-1)
         rows_dev = rows.to(device)
         out_ids[rows, t] = tokens[rows_dev].cpu()
@@ -358,14 +359,17 @@ class NgramDrafter:
 
 
 def choose_tokens(logits: torch.Tensor, u: torch.Tensor | None, *, temperature: float, top_p: float,
-                  greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  greedy: bool, top_k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The token each row of logits [N, V] gives: its argmax (greedy) or the inverse-CDF draw with
-    uniform u [N] at `temperature` and `top_p`; and the distribution it was drawn from (log-probs
-    [N, V]; greedy: the logits' log-softmax)."""
+    uniform u [N] at `temperature`, among the `top_k` most likely tokens (0: all) and within `top_p`;
+    and the distribution it was drawn from (log-probs [N, V]; greedy: the logits' log-softmax)."""
     logits = upcast(logits)
     if greedy:
         return logits.argmax(-1), logits.log_softmax(-1)
     scaled = logits / temperature
+    if 0 < top_k < scaled.shape[-1]:
+        kth = scaled.topk(top_k, dim=-1).values[:, -1:]                                    # [N, 1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     if top_p < 1.0:
         scaled = _top_p_filter(scaled, top_p)
     logp_all = scaled.log_softmax(-1)
@@ -373,7 +377,7 @@ def choose_tokens(logits: torch.Tensor, u: torch.Tensor | None, *, temperature: 
 
 
 def _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, drafter: NgramDrafter, k: int,
-                    *, eos_id: int, pad_id: int, temperature: float, top_p: float, greedy: bool, out: tuple) -> None:
+                    *, eos_id: int, pad_id: int, temperature: float, top_p: float, greedy: bool, out: tuple, top_k: int = 0) -> None:
     """The decode loop of `generate(draft_tokens=k)`, writing into `out` (ids, logp, entropy, mask,
     truncated [N, max_new_tokens] each, truncated [N]).
 
@@ -400,7 +404,7 @@ def _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, dev
         pos = produced[:, None] + torch.arange(width)                                       # [m, w] token index
         u = None if greedy else noise[live[:, None], pos.clamp(max=max_new - 1)].reshape(-1).to(logits.device)
         tokens, logp_all = choose_tokens(logits.reshape(m * width, -1), u, temperature=temperature, top_p=top_p,
-                                         greedy=greedy)
+                                         top_k=top_k, greedy=greedy)
         tokens, logp_all = tokens.view(m, width).cpu(), logp_all.view(m, width, -1)
         # ---------------------------------------------------------- keep the drafts the sampler agrees with
         agree = (tokens[:, :-1] == drafts).long()                                           # [m, w-1]

@@ -14,10 +14,15 @@ Rules, over the last `alarms.window` values of a metric (W; a rule waits for W v
   verifier_at_chance  |mean balanced accuracy − 0.5| < alarms.chance_band (`gt/ver_balanced_acc` where
                       logged, else `ver/balanced_acc`)
   judge_drift         mean `gt/judge_agree` < its mean over the first W values − alarms.drift
+
+`replay_alarms` runs a finished run's rows through the same rules (a run older than the alarms gets
+them too) and `alarm_table` tabulates them over the studies under `results/` (`cotrain study results
+--alarms`).
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 KEYS = ("cotrain/hack_gap", "gen/entropy", "gen/len_mean", "gt/ver_balanced_acc", "ver/balanced_acc", "gt/judge_agree")
 GROUND_TRUTH = {"reward_hacking", "judge_drift"}  # and verifier_at_chance where it reads gt/
@@ -66,3 +71,52 @@ def alarms_due(history: list[dict], settings, label_free: bool = False) -> dict[
     note = " (ground truth: shown, never trained on)"
     return {name: message + (note if label_free and truth else "")
             for name, (message, truth) in due.items() if name not in fired}
+
+
+def replay_alarms(run_dir: Path, label_free: bool = False, settings=None) -> list[tuple[int, str]]:
+    """The alarms a run raised, or would have raised, as (step, name): its rows replayed through
+    `alarms_due` (a pure function of the rows, so the replay finds what the run found; a run older than
+    the alarms gets them too), with the run's own `alarms` settings where its config has them."""
+    from cotrain.analysis.plot import load_metrics
+    from cotrain.config import AlarmConfig, read_yaml_mapping
+
+    if settings is None:
+        config = run_dir / "config.yaml"
+        raw = read_yaml_mapping(config, "the run's config") if config.is_file() else {}
+        settings = AlarmConfig(**raw["alarms"]) if isinstance(raw.get("alarms"), dict) else AlarmConfig()
+    history, out = [], []
+    for row in load_metrics(run_dir):
+        history.append(dict(row))
+        out += [(int(row.get("step", 0)), k.split("/", 1)[1]) for k in row if k.startswith("alarm/")]
+        for name in alarms_due(history, settings, label_free):
+            history[-1][f"alarm/{name}"] = 1
+            out.append((int(row.get("step", 0)), name))
+    return out
+
+
+def alarm_table(results_dir: str | Path) -> str:
+    """Which alarms fire over the studies under `results_dir`: per study and arm, the seeds each alarm
+    fired in and the first step it fired at (replayed, `replay_alarms`); arms where none fired are
+    listed together at the end."""
+    from cotrain.config import read_yaml_mapping
+    from cotrain.registry import RECIPES
+
+    results_dir = Path(results_dir)
+    lines = ["| study | arm | alarm | seeds (first step) |", "|---|---|---|---|"]
+    quiet = []
+    for study in sorted(p for p in results_dir.iterdir() if p.is_dir()):
+        for arm_dir in sorted(p for p in study.iterdir() if p.is_dir() and any(p.glob("seed*/eval.json"))):
+            fired: dict[str, list[str]] = {}
+            for seed_dir in sorted(arm_dir.glob("seed*")):
+                raw = read_yaml_mapping(seed_dir / "config.yaml", "the run's config") if (seed_dir / "config.yaml").is_file() else {}
+                recipe = RECIPES.get(str(raw.get("recipe")))
+                first: dict[str, int] = {}
+                for step, name in replay_alarms(seed_dir, label_free=bool(recipe and recipe.label_free)):
+                    first.setdefault(name, step)
+                for name, step in first.items():
+                    fired.setdefault(name, []).append(f"{seed_dir.name.removeprefix('seed')} ({step})")
+            if not fired:
+                quiet.append(f"{study.name}/{arm_dir.name}")
+            for name, seeds in sorted(fired.items()):
+                lines.append(f"| {study.name} | {arm_dir.name} | {name} | {', '.join(seeds)} |")
+    return "\n".join(lines + ["", f"No alarm fired in: {', '.join(quiet) or 'none'}."])

@@ -56,7 +56,7 @@ class Sampler:
         their decoded texts."""
         ro = self(model, encode_generator_prompts(tokenizer, questions), group_size=g.group_size,
                   max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                  temperature=g.temperature, top_p=g.top_p, seed=seed, bf16=bf16)
+                  temperature=g.temperature, top_p=g.top_p, top_k=g.top_k, seed=seed, bf16=bf16)
         return ro, decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
 
     def before_update(self) -> None:
