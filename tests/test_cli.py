@@ -162,7 +162,7 @@ def test_demo_contract(tmp_path, capsys, monkeypatch):
         cfg = yaml.safe_load((out / stage / "config.yaml").read_text())
         assert cfg["seed"] == 3 and cfg["init"] == str(REPO / starts["generator"])
     assert yaml.safe_load((out / "tango" / "config.yaml").read_text())["verifier"]["init"] == str(REPO / starts["verifier"])
-    assert (out / "demo.png").is_file() and (out / "curves.png").is_file()
+    assert (out / "demo.png").is_file() and (out / "curves.png").is_file() and (out / "report.html").is_file()
     printed = capsys.readouterr().out
     assert "demo results" in printed and "tango − grpo" in printed
     assert "tango's verifier co-trained, greedy verdicts on 8 of the final generator's samples" in printed

@@ -38,6 +38,9 @@ def test_the_page_holds_the_run_and_the_study(page):
     assert "tango_auto" in text and "auto safe" in text       # the study's arms and criteria
     assert "train.steps" in text and "samples.jsonl" in text  # the config's differences, the samples table
     assert (run_dir / "samples.jsonl").is_file() and '"verdict"' in (run_dir / "samples.jsonl").read_text()
+    # a directory of runs (the demo's) shows each run in it
+    whole = build_report([run_dir.parent], run_dir.parent / "dir.html").read_text(encoding="utf-8")
+    assert 'id="run-0-run"' in whole and 'id="chart-0-run-curves"' in whole
 
 
 def test_report_refuses_what_is_not_a_run_sweep_or_study(tmp_path):

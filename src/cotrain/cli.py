@@ -248,6 +248,10 @@ def cmd_demo(args) -> int:
     paths = [demo_figure([out / n for n in names], out / "demo.png",
                          title="cotrain demo: GRPO and RL Tango in the sparse world, from one start")]
     paths += plot_runs([out / n for n in names], out_dir=out)
+    from cotrain.analysis.report import build_report
+
+    studies = [p for p in ([] if args.from_scratch else [_repo_path(r) for r in spec["starts"]["studies"][:1]]) if p]
+    paths.append(build_report([out / n for n in names] + studies, out / "report.html"))
 
     # ------------------------------------------------------------------ one screen of results
     steps = yaml.safe_load((out / names[-1] / "config.yaml").read_text())["train"]["steps"]
@@ -275,7 +279,7 @@ def cmd_demo(args) -> int:
             print(f"\ndocumented ({rel}, every seed from these starts, `cotrain study {rel}`):")
             for line in lines:
                 print("  " + line)
-    print("\nplots: " + "  ".join(str(p) for p in paths))
+    print("\nplots and the report: " + "  ".join(str(p) for p in paths))
     return 0
 
 

@@ -10,6 +10,7 @@ HTML. What it shows:
             criteria read off it (`study_criteria`), each holding or not with its numbers, and the
             accuracy curves against steps and FLOPs with their CIs.
   a sweep   (a directory with summary.md) its summary table and every run's curves on one chart.
+A directory of runs (the demo's) shows each run in turn.
 Charts are `<figure class="chart" id="chart-...">`; each study's criteria are `<table class="criteria"
 id="criteria-...">`.
 """
@@ -52,9 +53,7 @@ def build_report(paths: list[str | Path], out: str | Path) -> Path:
     """
     sections, toc = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, path in enumerate(Path(p) for p in paths):
-            if not path.is_dir():
-                raise UserError(f"report: {path} is not a directory (give run, sweep or study directories)")
+        for i, path in enumerate(_expand(paths)):
             kind = kind_of(path)
             if kind is None:
                 raise UserError(f"report: {path} holds no run (config.yaml and metrics.jsonl), sweep (summary.md) "
@@ -71,6 +70,18 @@ def build_report(paths: list[str | Path], out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
+    return out
+
+
+def _expand(paths) -> list[Path]:
+    """The directories to show, in order: each path itself, or, for a directory of runs (the demo's, a
+    sweep's cell), the runs in it."""
+    out = []
+    for path in (Path(p) for p in paths):
+        if not path.is_dir():
+            raise UserError(f"report: {path} is not a directory (give run, sweep or study directories)")
+        children = sorted(c for c in path.iterdir() if c.is_dir() and kind_of(c) == "run")
+        out += [path] if kind_of(path) is not None or not children else children
     return out
 
 
