@@ -27,28 +27,31 @@ class Recipe:
     vllm: bool = False          # its generator's rollouts can run on a vLLM engine (rollout.engine: vllm)
     fsdp: bool = True           # it supports train.fsdp
     summary: str | None = None  # a variant's own line (else the first line of its file's docstring)
+    labels: str = "outcomes"    # the labels its training reads (the comparison tables' column)
 
 
 CO_TRAINING = ("generator", "verifier")
 SELF_PLAY = ("proposer", "solver", "judge")  # the solver is the generator; one model may play all three
 
 RECIPES: dict[str, Recipe] = {
-    "sft": Recipe("sft"),
+    "sft": Recipe("sft", labels="reference solutions"),
     "grpo": Recipe("grpo", vllm=True),
-    "tango": Recipe("tango", roles=CO_TRAINING, vllm=True),
+    "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels"),
     "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(
-        "RL Tango's baseline (experiment 1.2): the verifier warmed up, then frozen; only the generator trains.")),
-    "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True),
-    "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False),
-    "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False),
+        "RL Tango's baseline (experiment 1.2): the verifier warmed up, then frozen; only the generator trains."),
+        labels="outcomes; the verifier's warm-up: process labels"),
+    "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True, labels="none (a given verifier)"),
+    "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none"),
+    "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none"),
     "prime": Recipe("prime", fsdp=False),
-    "spin": Recipe("spin", fsdp=False),
-    "mars": Recipe("mars", fsdp=False),
-    "vstar": Recipe("vstar", roles=CO_TRAINING, fsdp=False),
-    "self_rewarding": Recipe("self_rewarding", fsdp=False),
-    "cure": Recipe("cure", fsdp=False),
+    "spin": Recipe("spin", fsdp=False, labels="reference solutions"),
+    "mars": Recipe("mars", fsdp=False, labels="outcomes; the roles' warm-up: reference solutions"),
+    "vstar": Recipe("vstar", roles=CO_TRAINING, fsdp=False, labels="outcomes (correct and incorrect samples)"),
+    "self_rewarding": Recipe("self_rewarding", fsdp=False, labels="its judge's warm-up: process labels; then none"),
+    "cure": Recipe("cure", fsdp=False, labels="unit tests; the tester's warm-up: reference tests"),
     "cure_label_free": Recipe("cure", label_free=True, fsdp=False, summary=(
-        "CURE without labels: the generated unit tests stand in for the ground-truth ones on the training path.")),
+        "CURE without labels: the generated unit tests stand in for the ground-truth ones on the training path."),
+        labels="none (generated tests)"),
 }
 
 

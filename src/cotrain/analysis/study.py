@@ -40,6 +40,7 @@ class Run:
     trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
     cpu: str = "?"
     verifier_init: str = ""                            # the verifier.init of a run that has a verifier
+    recipe: str = "?"
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
@@ -64,7 +65,8 @@ def load_run(run_dir: Path) -> Run:
     if config.is_file():
         raw = read_yaml_mapping(config, "the run's config")
         verifier = raw.get("verifier")
-        uses = RECIPES.get(str(raw.get("recipe")))
+        run.recipe = str(raw.get("recipe", "?"))
+        uses = RECIPES.get(run.recipe)
         if isinstance(verifier, dict) and uses is not None and {"verifier", "judge"} & set(uses.roles):
             run.verifier_init = str(verifier.get("init") or "")  # a recipe without a verifier ignores it
     env = run_dir / "env.json"
@@ -241,6 +243,11 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
                      f"{over} | {cpus} |")
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
+    lines += ["", "| arm | recipe | labels its training reads |", "|---|---|---|"]
+    for arm, runs in arms.items():
+        recipes = sorted({r.recipe for r in runs.values()})
+        labels = sorted({RECIPES[r].labels for r in recipes if r in RECIPES}) or ["?"]
+        lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} |")
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
     return "\n".join(lines + ([""] + criteria if criteria else []))
