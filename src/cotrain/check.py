@@ -34,6 +34,7 @@ from cotrain.models.prompts import (
 )
 from cotrain.models.verify import verify
 from cotrain.precision import resolve_bf16
+from cotrain import registry
 from cotrain.registry import RECIPES
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.train.setup import build_task, derive_seed, initial_model, sample_batch, training_pool
@@ -173,9 +174,10 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
             f"prompt {report['verification']['prompt_tokens']} tokens, {report['verification']['tokens']} generated "
             f"(max {vlimit}); format {parsed[0].format:.1f}, final verdict {verdict}")
 
-    # ------------------------------------------------------------------ the tester's first tests (cure)
-    if RECIPES[cfg.recipe].module == "cure":
-        report["tests"] = first_tests(cfg, task, roles, batch[0], texts[:group], say)
+    # ------------------------------------------------------------------ what else the recipe checks (cure: its tests)
+    extra = getattr(registry.load(cfg.recipe), "check_extra", None)
+    if extra is not None:
+        report.update(extra(cfg, task, roles, batch[0], texts[:group], say))
 
     # ------------------------------------------------------------------ memory
     gpus = sorted({info["device"] for info in report["roles"].values() if info["device"].startswith("cuda")})
@@ -193,46 +195,14 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     return report
 
 
-def first_tests(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say=print) -> dict:
-    """The tester's `cure.n_tests` tests of the first problem, and the execution matrix of the first
-    group's codes against them and the problem's ground-truth tests, in the sandbox."""
-    from cotrain.train.cure import execution_matrices, require_unit_tests, sample_tests
-
-    require_unit_tests(task)
-    model, tok, _ = roles.get("tester", roles["generator"])
-    start = time.perf_counter()
-    _, tests = sample_tests(cfg, model, tok, task, [problem.question], cfg.cure.n_tests,
-                            derive_seed(cfg.seed, "tests", 1))
-    sampled = time.perf_counter() - start
-    start = time.perf_counter()
-    [m] = execution_matrices(task, [problem], [codes], [tests], truth=None, use_gt=True)
-    ran = time.perf_counter() - start
-    out = {"parsable": sum(m.parsable), "n": len(tests), "ground_truth_tests": len(m.gt[0]) if m.gt else 0,
-           "codes_correct": sum(bool(row) and all(row) for row in m.gt), "codes": len(codes)}
-    say(f"tests     {'tester' if 'tester' in roles else 'the generator as tester'}, first problem: "
-        f"{out['parsable']}/{out['n']} tests parse ({sampled:.2f} s); execution matrix of {len(codes)} codes x "
-        f"({out['ground_truth_tests']} ground-truth + {out['parsable']} generated) tests in the sandbox "
-        f"({ran:.2f} s): {out['codes_correct']}/{len(codes)} codes pass every ground-truth test")
-    shown = tests[0] if len(tests[0]) <= SAMPLE_CHARS else tests[0][:SAMPLE_CHARS] + " [...]"
-    say(f"test      {shown!r}")
-    return out
-
-
 def first_rollout(cfg: RunConfig) -> dict:
     """How the recipe's first step samples its generator (solver): prompts per step and what each
-    prompt gets. SFT samples nothing in training: its check runs what its evaluation runs (greedy);
-    reliability's first regime is the strong one."""
+    prompt gets. A recipe that samples otherwise says so itself (its module's `check_rollout`: sft
+    samples nothing in training, reliability's first regime is the strong one)."""
+    own = getattr(registry.load(cfg.recipe), "check_rollout", None)
+    if own is not None:
+        return own(cfg)
     g, t = cfg.grpo, cfg.train
-    if cfg.recipe == "sft":
-        return {"prompts_per_step": t.batch_size, "unit": "reference solutions", "group_size": 1, "greedy": True,
-                "temperature": 1.0, "max_new_tokens": cfg.eval.max_new_tokens or g.max_new_tokens,
-                "what": "greedy, as the evaluation runs"}
-    if cfg.recipe == "reliability":
-        r = cfg.reliability
-        candidates = r.n_strong + r.n_weak + r.n_old + r.n_best_of
-        return {"prompts_per_step": max(1, t.batch_size // candidates), "unit": f"questions x {candidates} candidates",
-                "group_size": r.n_strong, "greedy": False, "temperature": r.strong_temperature,
-                "max_new_tokens": g.max_new_tokens, "what": f"strong regime, temperature {r.strong_temperature:g}"}
     return {"prompts_per_step": t.batch_size // g.group_size, "unit": f"prompts x G={g.group_size}",
             "group_size": g.group_size, "greedy": False, "temperature": g.temperature,
             "max_new_tokens": g.max_new_tokens,

@@ -53,6 +53,7 @@ from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.cure import (
     cure_evaluation,
     execution_matrices,
+    first_tests,
     matrix_metrics,
     require_unit_tests,
     sample_tests,
@@ -178,3 +179,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                "compute": compute.summary()}
     return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models={"tester": (tester, ttok)} if c.two_models else None)
+
+
+def check_extra(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say) -> dict:
+    """What `cotrain check` adds for this recipe: the tester's first tests and their execution matrix."""
+    return {"tests": first_tests(cfg, task, roles, problem, codes, say)}

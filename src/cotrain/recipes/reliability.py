@@ -302,3 +302,12 @@ def _solver_loss(cfg: RunConfig, solver, tok, older, questions: list[str], texts
         adv = (target - target.mean(dim=1, keepdim=True)) / (target.std(dim=1, unbiased=False, keepdim=True) + 1e-4)
         loss = -(adv * per_token).mean()
     return loss, len(flat), int(n_tok.sum())
+
+
+def check_rollout(cfg: RunConfig) -> dict:
+    """`cotrain check`'s first rollout: the solver's strong regime, the first that samples a step."""
+    r, t = cfg.reliability, cfg.train
+    candidates = r.n_strong + r.n_weak + r.n_old + r.n_best_of
+    return {"prompts_per_step": max(1, t.batch_size // candidates), "unit": f"questions x {candidates} candidates",
+            "group_size": r.n_strong, "greedy": False, "temperature": r.strong_temperature,
+            "max_new_tokens": cfg.grpo.max_new_tokens, "what": f"strong regime, temperature {r.strong_temperature:g}"}

@@ -81,3 +81,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     return finish(cfg, session, model, tokenizer, task, step)
 
+
+def check_rollout(cfg: RunConfig) -> dict:
+    """`cotrain check`'s first rollout: SFT samples nothing in training, so its check runs what its
+    evaluation runs (greedy)."""
+    return {"prompts_per_step": cfg.train.batch_size, "unit": "reference solutions", "group_size": 1, "greedy": True,
+            "temperature": 1.0, "max_new_tokens": cfg.eval.max_new_tokens or cfg.grpo.max_new_tokens,
+            "what": "greedy, as the evaluation runs"}

@@ -8,6 +8,7 @@ The execution matrix of one problem runs each distinct code once, in the sandbox
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 
 from cotrain import sandbox
@@ -191,4 +192,30 @@ def cure_evaluation(cfg: RunConfig, model, tok, task, splits: list[str], tester:
         out[split] = {"n": len(problems), **matrix_metrics(matrices)}
     for m, was_training in modes:
         m.train(was_training)
+    return out
+
+
+def first_tests(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say=print,
+                sample_chars: int = 300) -> dict:
+    """The tester's `cure.n_tests` tests of the first problem, and the execution matrix of the first
+    group's codes against them and the problem's ground-truth tests, in the sandbox (`cotrain check`;
+    `roles`: {role: (model, tokenizer, source)})."""
+
+    require_unit_tests(task)
+    model, tok, _ = roles.get("tester", roles["generator"])
+    start = time.perf_counter()
+    _, tests = sample_tests(cfg, model, tok, task, [problem.question], cfg.cure.n_tests,
+                            derive_seed(cfg.seed, "tests", 1))
+    sampled = time.perf_counter() - start
+    start = time.perf_counter()
+    [m] = execution_matrices(task, [problem], [codes], [tests], truth=None, use_gt=True)
+    ran = time.perf_counter() - start
+    out = {"parsable": sum(m.parsable), "n": len(tests), "ground_truth_tests": len(m.gt[0]) if m.gt else 0,
+           "codes_correct": sum(bool(row) and all(row) for row in m.gt), "codes": len(codes)}
+    say(f"tests     {'tester' if 'tester' in roles else 'the generator as tester'}, first problem: "
+        f"{out['parsable']}/{out['n']} tests parse ({sampled:.2f} s); execution matrix of {len(codes)} codes x "
+        f"({out['ground_truth_tests']} ground-truth + {out['parsable']} generated) tests in the sandbox "
+        f"({ran:.2f} s): {out['codes_correct']}/{len(codes)} codes pass every ground-truth test")
+    shown = tests[0] if len(tests[0]) <= sample_chars else tests[0][:sample_chars] + " [...]"
+    say(f"test      {shown!r}")
     return out
