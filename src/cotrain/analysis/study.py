@@ -197,6 +197,32 @@ def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) 
     return out
 
 
+CHECKERS = (  # (eval.json section, metric, what it is): the first a run has is its checker's quality
+    ("verifier", "balanced_accuracy", "verifier's balanced accuracy"),
+    ("judge", "balanced_accuracy", "judge's balanced accuracy"),
+    ("prm", "auroc", "implicit PRM's AUROC"),
+)
+
+
+def checker_quality(runs: dict[int, Run]) -> str:
+    """The quality of the arm's verifier, judge or implicit PRM on its final generator's `test` samples
+    (mean ± 95% CI over seeds), or V-STaR's best-of-N at the largest N against a random pick; "–" where
+    the arm has none."""
+    for section, metric, what in CHECKERS:
+        values = [r.eval.get(section, {}).get("test", {}).get(metric) for r in runs.values()]
+        values = [v for v in values if isinstance(v, (int, float))]
+        if values:
+            return f"{what} {_cell(values)}"
+    bon = [r.eval.get("vstar", {}).get("test", {}) for r in runs.values()]
+    ns = sorted({int(k.split("/")[0][4:]) for b in bon for k in b if k.startswith("bon@") and k.endswith("/vstar")})
+    if ns:
+        n = ns[-1]
+        picked = [b[f"bon@{n}/vstar"] for b in bon if f"bon@{n}/vstar" in b]
+        rand = [b[f"bon@{n}/random"] for b in bon if f"bon@{n}/random" in b]
+        return f"V-STaR verifier's best of {n} {_cell(picked)} (random pick {_cell(rand)})"
+    return "–"
+
+
 def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
@@ -243,11 +269,11 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
                      f"{over} | {cpus} |")
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
-    lines += ["", "| arm | recipe | labels its training reads |", "|---|---|---|"]
+    lines += ["", "| arm | recipe | labels its training reads | its checker at the end (test) |", "|---|---|---|---|"]
     for arm, runs in arms.items():
         recipes = sorted({r.recipe for r in runs.values()})
         labels = sorted({RECIPES[r].labels for r in recipes if r in RECIPES}) or ["?"]
-        lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} |")
+        lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} | {checker_quality(runs)} |")
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
     return "\n".join(lines + ([""] + criteria if criteria else []))
