@@ -169,10 +169,12 @@ class VllmEngine:
         pad_id: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = 0,
         greedy: bool = False,
         seed: int | None = None,
     ) -> Rollout:
-        """Sample `group_size` completions of each prompt; rows of a group are contiguous, groups in prompt order.
+        """Sample `group_size` completions of each prompt; rows of a group are contiguous, groups in prompt order
+        (`top_k` 0: every token, as on the HF path; the config refuses top-k or top-p with this engine).
 
         Returns the `Rollout` of `cotrain.models.generate.generate`: prompts left-padded and repeated per
         row, completions right-padded with `pad_id` to the longest one, masks 1 up to and including eos,
@@ -197,6 +199,7 @@ class VllmEngine:
                 n=n,
                 temperature=0.0 if greedy else temperature,
                 top_p=1.0 if greedy else top_p,
+                top_k=-1 if greedy or top_k <= 0 else top_k,  # -1: every token (vLLM's "off")
                 max_tokens=max_new_tokens,
                 logprobs=0,                # the sampled token's log-prob
                 stop_token_ids=[eos_id],
