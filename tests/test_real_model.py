@@ -245,7 +245,8 @@ def test_recipe_step_on_smollm2(smollm2_dir, recipe, tmp_path):
 
 # ---------------------------------------------------------------------- the CPU-sized real-model configs
 
-CPU_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "real").glob("smollm2_cpu_*.yaml"))
+CPU_CONFIGS = [Path(__file__).resolve().parents[1] / "configs" / "real" / f"smollm2_cpu_{r}.yaml" for r in ("grpo", "tango")]
+SFT_CONFIG = CPU_CONFIGS[0].with_name("smollm2_cpu_sft.yaml")  # experiment 3.2's SFT-then-RL arm
 
 
 def test_cpu_configs_compare_at_equal_generator_settings():
@@ -253,7 +254,10 @@ def test_cpu_configs_compare_at_equal_generator_settings():
     route is the same file with a hub id and bf16 weights' autocast."""
     from cotrain.config import load_config
 
-    assert [p.stem for p in CPU_CONFIGS] == ["smollm2_cpu_grpo", "smollm2_cpu_tango"]
+    assert sorted(CPU_CONFIGS[0].parent.glob("smollm2_cpu_*.yaml")) == sorted([*CPU_CONFIGS, SFT_CONFIG])
+    sft, rl = load_config(SFT_CONFIG), load_config(CPU_CONFIGS[0])  # the SFT arm: the model, task, evaluation of its RL
+    assert sft.recipe == "sft" and (sft.model, sft.task) == (rl.model, rl.task)
+    assert sft.eval.model_copy(update={"every": rl.eval.every}) == rl.eval
     cfgs = [load_config(p) for p in CPU_CONFIGS]
     assert [c.recipe for c in cfgs] == ["grpo", "tango"]
     shared = [(c.model, c.task, c.train, c.grpo, c.eval, c.seed) for c in cfgs]
