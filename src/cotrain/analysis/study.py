@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,14 +98,24 @@ def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
 SHARED_WARMUP = "starts/warm/verifier"
 
 
-def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float) -> None:
+def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: str | None = None) -> None:
     """Count a committed verifier warm-up of `flops` FLOPs in every run whose verifier started from it
-    (`verifier.init` ending in starts/warm/verifier): its warm-up, and every point of its FLOPs curve."""
+    (`verifier.init` ending in starts/warm/verifier, or naming the run directory the warm-up was made in,
+    `made_in`, as a run started before the warm-up was committed does): its warm-up, and every point of
+    its FLOPs curve."""
+    sources = [SHARED_WARMUP] + ([f"{made_in.rstrip('/')}/warmup/verifier"] if made_in else [])
     for runs in arms.values():
         for run in runs.values():
-            if run.verifier_init.rstrip("/").endswith(SHARED_WARMUP):
+            if any(run.verifier_init.rstrip("/").endswith(src) for src in sources):
                 run.warmup_flops += flops
                 run.flops = [f + flops for f in run.flops]
+
+
+def shared_warmup_origin(study_dir: Path) -> str | None:
+    """The run directory the study's committed warm-up was made in (`--out` of starts/warm/COMMAND)."""
+    command = Path(study_dir) / "starts" / "warm" / "COMMAND"
+    found = re.search(r"--out\s+(\S+)", command.read_text(encoding="utf-8")) if command.is_file() else None
+    return found.group(1) if found else None
 
 
 def shared_warmup_flops(study_dir: Path) -> float:
@@ -321,7 +332,7 @@ def build_study(study_dir: str | Path) -> str:
     """Table (printed and written to table.md) and curves.png of a study directory."""
     study_dir = Path(study_dir)
     arms = load_study(study_dir)
-    add_shared_warmup(arms, shared_warmup_flops(study_dir))
+    add_shared_warmup(arms, shared_warmup_flops(study_dir), shared_warmup_origin(study_dir))
     text = study_table(arms, build_start(study_dir))
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
