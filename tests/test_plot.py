@@ -279,3 +279,19 @@ def test_cotrain_keys_are_not_a_role(tmp_path, figures):
     plot_runs([with_ver])
     legend = [t.get_text() for t in figures["curves.png"].legends[0].get_texts()]
     assert "role: ver" in legend and "role: cotrain" not in legend
+
+
+def test_an_alarm_is_marked_on_every_panel_at_its_step(tmp_path, monkeypatch):
+    """A run that logged `alarm/reward_hacking` at step 4: every curves.png panel gets a dotted line at 4."""
+    from matplotlib.axes import Axes
+
+    from cotrain.analysis import plot
+
+    rows = [{"step": s, "gen/reward": 0.1 * s, "gen/entropy": 1.0} for s in range(1, 9)]
+    rows[3]["alarm/reward_hacking"] = 1.0
+    run = _write_run(tmp_path / "r", rows)
+    lines = []
+    original = Axes.axvline
+    monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **k: lines.append(x) or original(self, x, *a, **k))
+    plot.plot_runs([run])
+    assert lines == [4.0, 4.0]  # the reward panel and the entropy panel

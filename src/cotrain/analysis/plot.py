@@ -419,16 +419,30 @@ def _curves_figure(runs: list[_Run], panels: list[_Panel], smooth: int) -> Figur
             all_values = np.concatenate(values)
             if all_values.min() >= 0 and all_values.max() <= 1:
                 ax.set_ylim(-0.03, 1.03)
+        for run in runs:  # where an alarm fired (runs/alarms.py): a dotted line in the run's colour
+            for step, name in _alarm_marks(run):
+                ax.axvline(step, color=run.color, linestyle=":", linewidth=1.3, alpha=0.9)
+                if i == 0:
+                    ax.annotate(name.replace("_", " "), (step, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                                ha="right", va="top", fontsize=7, color=run.color)
 
     # One legend for the whole figure: colour = run, line style = role.
     handles = [Line2D([], [], color=run.color, linewidth=2.5, label=run.label)
                for run in dict.fromkeys(used_runs)]
+    fired = sorted({name for run in runs for _, name in _alarm_marks(run)})
+    if fired:
+        handles.append(Line2D([], [], color="0.35", linestyle=":", linewidth=1.3, label="alarm: " + ", ".join(fired)))
     handles += [Line2D([], [], color="0.35", linestyle=role_styles[role], linewidth=1.8, label=f"role: {role}")
                 for role in dict.fromkeys(used_roles)]
     # Below the panels: an outside legend at the top would collide with the suptitle.
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 8), frameon=False)
     fig.suptitle("Training curves" + _smoothing_note(windows))
     return fig
+
+
+def _alarm_marks(run: _Run) -> list[tuple[float, str]]:
+    """(step, name) of each alarm the run logged (`alarm/<name>`, once a run)."""
+    return [(float(x[0]), k.split("/", 1)[1]) for k, (x, _) in run.series.items() if k.startswith("alarm/") and len(x)]
 
 
 def _eval_metric_order(metric: str) -> tuple[bool, int]:
