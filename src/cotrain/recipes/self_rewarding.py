@@ -32,7 +32,7 @@ Deviations, and why:
     format the lab's judges already speak; ties are frequent and give no pair, as in the paper.
   - An iteration is a fixed number of steps, not a pass over a new prompt set.
 
-Metrics: `sr/pairs`, `sr/dpo_loss`, `sr/margin`, `sr/iteration`, `judge/approved` (share of samples it
+Metrics: `sr/pairs`, `sr/dpo_loss`, `sr/dpo_acc` (pairs with a positive margin), `sr/margin`, `sr/iteration`, `judge/approved` (share of samples it
 approves), `judge/parsed` (with a final verdict), `judge/score`; behind the wall `gt/acc` (the samples'
 accuracy), `gt/judge_agree` (verdicts equal to the truth, balanced over right and wrong samples),
 `gt/pair_right` (pairs whose chosen sample is right and rejected one wrong). eval.json adds `judge`:
@@ -52,7 +52,7 @@ from cotrain.models.build import load_weights
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.models.verify import verify
-from cotrain.rl.selfplay import dpo_loss, preference_pairs
+from cotrain.rl.selfplay import preference_pairs
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
@@ -69,7 +69,7 @@ from cotrain.train.setup import (
     sample_batch,
     training_pool,
 )
-from cotrain.train.update import optimizer_step, sequence_logprobs, zero_grads
+from cotrain.train.update import dpo_backward, optimizer_step, zero_grads
 from cotrain.train.verifier import warmup_verifier
 
 REFERENCE = "self_rewarding/reference"  # each iteration's M_t: run_dir/self_rewarding/reference_<t>
@@ -140,8 +140,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- DPO on (best, worst), M_t the reference
         zero_grads(model)
-        st = _dpo(model, reference, tokenizer, [questions[i] for i, _ in pairs], [texts[i] for i, _ in pairs],
-                  [texts[j] for _, j in pairs], sr.beta, cfg.train.bf16) if pairs else {}
+        st = dpo_backward(model, reference, tokenizer, [questions[i] for i, _ in pairs], [texts[i] for i, _ in pairs],
+                          [texts[j] for _, j in pairs], sr.beta, bf16=cfg.train.bf16) if pairs else {}
         grad_norm = optimizer_step(model, opt, cfg.train.max_grad_norm)
         sched.step()
         compute.add("gen", forward=st.get("tokens", 0), trained=st.get("tokens", 0))  # M_t's pass, the model's
@@ -169,20 +169,6 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                                        bf16=cfg.train.bf16)["judge"]} if split in task.splits else {}
     return finish(cfg, session, model, tokenizer, task, cfg.train.steps,
                   other_results={"judge": judge, "compute": compute.summary()})
-
-
-def _dpo(model, reference, tokenizer, questions: list[str], chosen: list[str], rejected: list[str], beta: float,
-         bf16: bool) -> dict[str, float]:
-    """DPO's loss on the pairs, backpropagated (the caller steps); its value, the mean β-scaled margin and
-    the tokens of one pass (the reference runs the same)."""
-    n = len(chosen)
-    logp, n_tok = sequence_logprobs(model, tokenizer, questions * 2, chosen + rejected, bf16=bf16)          # [2n]
-    with torch.no_grad():
-        ref, _ = sequence_logprobs(reference, tokenizer, questions * 2, chosen + rejected, bf16=bf16)
-    loss = dpo_loss(logp[:n], logp[n:], ref[:n], ref[n:], beta)
-    loss.backward()
-    margin = beta * ((logp[:n] - ref[:n]) - (logp[n:] - ref[n:])).detach().mean()
-    return {"dpo_loss": loss.item(), "margin": margin.item(), "tokens": int(n_tok.sum())}
 
 
 def _judge_metrics(verdicts, scores: list[float], right: list[bool | None], pairs: list[tuple[int, int]]) -> dict:

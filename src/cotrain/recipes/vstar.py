@@ -48,7 +48,7 @@ from cotrain.eval.verifier_eval import best_of_n_study
 from cotrain.models.build import load_model, reference_model
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.rl.selfplay import correct_incorrect_pairs, dpo_loss
+from cotrain.rl.selfplay import correct_incorrect_pairs
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
@@ -62,7 +62,7 @@ from cotrain.train.setup import (
     sample_batch,
     training_pool,
 )
-from cotrain.train.update import optimizer_step, sequence_logprobs, supervised_step, zero_grads
+from cotrain.train.update import dpo_backward, optimizer_step, sequence_logprobs, supervised_step, zero_grads
 
 PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
     ("Verifier's DPO pairs ordered right (vstar)", "share of pairs", "dpo_acc", True),
@@ -150,20 +150,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
 def _dpo_step(verifier, ver_ref, vtok, vopt, questions: list[str], chosen: list[str], rejected: list[str],
               beta: float, cfg: RunConfig) -> dict[str, float]:
-    """One DPO step of the verifier on the pairs; its loss, the share of pairs ordered right, the mean
-    β-scaled margin, its gradient norm, and the tokens run forward (the reference's pass) and trained."""
-    n = len(chosen)
+    """One DPO step of the verifier on the pairs: `dpo_backward`'s figures, its gradient norm, and the
+    tokens run forward (the reference's pass) and trained."""
     zero_grads(verifier)
-    logp, n_tok = sequence_logprobs(verifier, vtok, questions * 2, chosen + rejected, bf16=cfg.train.bf16)   # [2n]
-    with torch.no_grad():
-        ref, _ = sequence_logprobs(ver_ref, vtok, questions * 2, chosen + rejected, bf16=cfg.train.bf16)
-    loss = dpo_loss(logp[:n], logp[n:], ref[:n], ref[n:], beta)
-    loss.backward()
-    grad_norm = optimizer_step(verifier, vopt, cfg.train.max_grad_norm)
-    margins = beta * ((logp[:n] - ref[:n]) - (logp[n:] - ref[n:])).detach()                             # [n]
-    trained = int(n_tok.sum())
-    return {"dpo_loss": loss.item(), "dpo_acc": (margins > 0).float().mean().item(),
-            "margin": margins.mean().item(), "grad_norm": grad_norm, "tokens": trained, "trained": trained}
+    st = dpo_backward(verifier, ver_ref, vtok, questions, chosen, rejected, beta, bf16=cfg.train.bf16)
+    st["grad_norm"] = optimizer_step(verifier, vopt, cfg.train.max_grad_norm)
+    st["trained"] = st["tokens"]
+    return st
 
 
 def _best_of_n(cfg: RunConfig, model, tokenizer, verifier, ver_ref, vtok, task) -> dict:

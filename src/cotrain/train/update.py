@@ -16,6 +16,7 @@ from cotrain.config import GrpoConfig, RunConfig
 from cotrain.models.generate import Rollout, completion_logprobs, group_logprobs, left_pad, right_pad
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.rl.losses import contributing_groups, grpo_loss, importance_stats, truncated_importance_weights
+from cotrain.rl.selfplay import dpo_loss
 
 
 def zero_grads(model: torch.nn.Module) -> None:
@@ -269,6 +270,26 @@ def sequence_logprobs(model, tokenizer, questions: list[str], texts: list[str], 
     logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask, bf16=bf16)  # [N, T]
     mask = target_mask.to(logp.device)
     return (logp * mask).sum(dim=1), mask.sum(dim=1)
+
+
+def dpo_backward(model, reference, tokenizer, questions: list[str], chosen: list[str], rejected: list[str],
+                 beta: float, *, bf16: bool = False) -> dict[str, float]:
+    """Add DPO's loss on (chosen, rejected) pairs of each question to `model`'s gradients (the caller
+    zeroes them first and steps after), `reference` frozen; one pass of the 2n sequences each.
+
+    Returns:
+        dpo_loss, dpo_acc (the share of pairs whose β-scaled margin is positive), margin (its mean) and
+        tokens (of one pass; the reference runs as many).
+    """
+    n = len(chosen)
+    logp, n_tok = sequence_logprobs(model, tokenizer, questions * 2, chosen + rejected, bf16=bf16)      # [2n]
+    with torch.no_grad():
+        ref, _ = sequence_logprobs(reference, tokenizer, questions * 2, chosen + rejected, bf16=bf16)
+    loss = dpo_loss(logp[:n], logp[n:], ref[:n], ref[n:], beta)
+    loss.backward()
+    margins = beta * ((logp[:n] - ref[:n]) - (logp[n:] - ref[n:])).detach()                             # [n]
+    return {"dpo_loss": loss.item(), "dpo_acc": (margins > 0).float().mean().item(),
+            "margin": margins.mean().item(), "tokens": int(n_tok.sum())}
 
 
 def supervised_step(model, opt, prompts: list[list[int]], targets: list[list[int]], pad_id: int, *,
