@@ -6,18 +6,21 @@ the real config's sizes: 24 layers, hidden 896, MLP 4,864, 14 query and 2 key/va
 vocabulary 151,936 rows, tied embeddings; a byte-level BPE tokenizer trained offline with a ChatML
 template), then runs a few steps of the shipped GSM8K configs, each case in its own process:
 
+  sft bf16             configs/real/sft.yaml (64 GSM8K solutions, micro-batches of 16): the update alone
   grpo bf16            configs/real/grpo.yaml (16 prompts x 8, 512 new tokens, bf16 autocast)
-  tango bf16           configs/real/tango.yaml without the verifier's 40 RL warm-up steps (Ng:Nv = 3:1)
+  grpo FSDP2 torchrun  under torchrun --nproc_per_node 1 with train.fsdp=true
   grpo LoRA            + model.lora_r=16
   grpo checkpointing   + model.gradient_checkpointing=true
-  grpo FSDP2 torchrun  under torchrun --nproc_per_node 1 with train.fsdp=true
+  tango bf16           configs/real/tango.yaml without the verifier's 40 RL warm-up steps (Ng:Nv = 3:1)
 
 Random weights never write eos, so every completion runs to its length limit: the worst case the
-README's estimates assume. The table gives, per case, the rollout tokens/s, the step-time split
+README's estimates assume. They never solve a problem either, so every group's advantages are zero and
+the RL cases skip their updates (`tokens/gen_trained` 0): their rows time the rollouts and the
+verification, and `sft bf16` times an update. The table gives, per case, the rollout tokens/s, the step-time split
 (rollout, verification, update, rest; mean over the steps after the first), the peak GPU memory of
 a step, and the README's estimate of the time per step and peak memory beside them.
 
-  python bench/gpu_check.py                 # on a CUDA machine: about 5 minutes on one H100
+  python bench/gpu_check.py                 # on a CUDA machine: about 12 minutes on one H200 (2 steps a case; --cases for less)
   python bench/gpu_check.py --cpu-dry-run   # the whole path on a nano stand-in on the CPU (make test runs it)
 
 Without CUDA and without --cpu-dry-run it ends with one line and exit code 2.
@@ -43,16 +46,17 @@ NANO = {"hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate
 
 # configs/real/README.md, "GPU memory and time per step: estimates" (one 80 GB H100, as shipped).
 ESTIMATES = {"grpo": {"step_s": 13.5, "peak_gb": 45.0}, "tango": {"step_s": 35.0, "peak_gb": 58.0},
-             "grpo_ckpt": {"step_s": None, "peak_gb": 33.0}}
+             "grpo_ckpt": {"step_s": None, "peak_gb": 33.0}, "sft": {"step_s": 0.3, "peak_gb": 30.0}}
 
 COMMON = ["train.steps={steps}", "eval.splits=[test]", "eval.n={eval_n}", "eval.k=0", "eval.every=0", "eval.max_new_tokens=64",
           "checkpoint.every=0", "log.progress=false", "log.tensorboard=false", "train.warmup_steps=0"]
-CASES = {  # name: (config, estimate key, launcher, overrides)
+CASES = {  # name: (config, estimate key, launcher, overrides); the cheap cases first, tango (the longest) last
+    "sft bf16": ("sft", "sft", "python", ["train.bf16=true"]),
     "grpo bf16": ("grpo", "grpo", "python", ["train.bf16=true"]),
-    "tango bf16": ("tango", "tango", "python", ["train.bf16=true", "verifier.warmup_rl_steps=0", "tango.eval_n=8"]),
+    "grpo FSDP2 torchrun": ("grpo", None, "torchrun", ["train.bf16=true", "train.fsdp=true"]),
     "grpo LoRA": ("grpo", None, "python", ["train.bf16=true", "model.lora_r=16"]),
     "grpo checkpointing": ("grpo", "grpo_ckpt", "python", ["train.bf16=true", "model.gradient_checkpointing=true"]),
-    "grpo FSDP2 torchrun": ("grpo", None, "torchrun", ["train.bf16=true", "train.fsdp=true"]),
+    "tango bf16": ("tango", "tango", "python", ["train.bf16=true", "verifier.warmup_rl_steps=0", "tango.eval_n=8"]),
 }
 # The dry run: the same cases on a nano stand-in, small enough for the test suite.
 DRY = ["train.batch_size=4", "train.micro_batch_size=2", "grpo.group_size=2", "grpo.max_new_tokens=6",
@@ -92,6 +96,8 @@ def run_case(name: str, model_dir: Path, out: Path, dry: bool, steps: int) -> di
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     wall = time.perf_counter() - start
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "output.log").write_text(proc.stdout + proc.stderr)  # kept for a failed case's whole story
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"case": name, "error": f"exit {proc.returncode}: {tail}", "wall_s": wall}
@@ -135,7 +141,7 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu-dry-run", action="store_true", help="run the whole path on a nano stand-in on the CPU")
-    ap.add_argument("--steps", type=int, default=None, help="steps per case (default: 4 on a GPU, 2 in a dry run)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per case (default: 2)")
     ap.add_argument("--cases", default=None, help="comma-separated subset of: " + ", ".join(CASES))
     ap.add_argument("--out", default=None, help="directory for the runs and gpu_check.json (default: a temporary one)")
     args = ap.parse_args(argv)
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu_check: leaving out 'grpo FSDP2 torchrun': FSDP2 on the CPU needs torch >= 2.7 "
                   f"(this is {torch.__version__}; on GPUs it runs from 2.6)", flush=True)
             names.remove("grpo FSDP2 torchrun")
-    steps = args.steps or (2 if dry else 4)
+    steps = args.steps or 2
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_check_"))
     out.mkdir(parents=True, exist_ok=True)
 
@@ -176,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         r = run_case(name, model_dir, out, dry, steps)
         print(f" {r['wall_s']:.0f} s" + (f"  FAILED {r['error']}" if "error" in r else ""), flush=True)
         results.append(r)
+        (out / "gpu_check.json").write_text(json.dumps(results, indent=2) + "\n")  # a case at a time: a cut run keeps the rest
     print(table(results))
     if not dry:
         print("estimates: configs/real/README.md (full 500-step configs on one 80 GB H100; time per step and "
               "peak memory, worst case of every completion at its length limit)")
-    (out / "gpu_check.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {out / 'gpu_check.json'}  ({time.perf_counter() - start:.0f} s in all)")
     return 1 if any("error" in r for r in results) else 0
 
