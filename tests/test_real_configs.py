@@ -286,6 +286,25 @@ def test_check_honours_verifier_init_and_separate_selfplay_models(standins, caps
     assert re.search(r"^proposer  LlamaForCausalLM", out, re.M) and re.search(r"^judge     LlamaForCausalLM", out, re.M)
 
 
+def test_check_builds_the_models_a_recipe_keeps_of_its_own(standins, capsys, tmp_path):
+    """A recipe's `check_models`: mars's planner and cure's tester, each a model of its own, are built and
+    reported; with one shared model neither appears."""
+    for two, present in (("true", True), ("false", False)):
+        assert main(["check", str(REAL / "mars.yaml"), f"model.path={standins['llama']}", f"mars.two_models={two}",
+                     "--prompts", "1", "--max-new-tokens", "4"]) == 0
+        out = capsys.readouterr().out
+        assert bool(re.search(r"^planner   LlamaForCausalLM.*\(model\.path\), a second copy$", out, re.M)) is present
+    import gzip
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(gzip.open(DATA / "humaneval.jsonl.gz", "rt").readlines()[:5]))
+    assert main(["check", str(REAL / "cure.yaml"), f"model.path={standins['qwen2']}", f"task.splits.train={train}",
+                 f"verifier.init={standins['llama']}", "cure.two_models=true", "cure.n_tests=2",
+                 "cure.test_max_new_tokens=4", "--prompts", "1", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^tester    LlamaForCausalLM.*\(verifier\.init\)$", out, re.M)
+
+
 def test_check_warns_when_16_bit_weights_cannot_take_the_learning_rate(standins, capsys):
     assert main(["check", str(REAL / "grpo.yaml"), f"model.path={standins['qwen2']}", "model.dtype=bfloat16",
                  "--prompts", "1", "--max-new-tokens", "4"]) == 0

@@ -226,10 +226,11 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
                        else f"{v.init} (verifier.init)" if v.init
                        else f"{cfg.init} (init, as the generator)" if cfg.init
                        else _source(None, cfg.model) + (", a second copy" if cfg.model.path else ", its own seed"))
+    own = getattr(registry.load(cfg.recipe), "check_models", None)  # a recipe's models of its own (cure, mars)
+    if own:
+        roles.update(own(cfg, generator=roles["generator"][2], verifier=verifier_source))
     if "verifier" in RECIPES[cfg.recipe].roles:
         roles["verifier"] = (*initial_verifier(cfg), verifier_source)
-    elif RECIPES[cfg.recipe].module == "cure" and cfg.cure.two_models:
-        roles["tester"] = (*initial_verifier(cfg), verifier_source)
     elif "judge" in RECIPES[cfg.recipe].roles and not cfg.selfplay.shared_model:
         sp = cfg.selfplay
         if sp.proposer_init:

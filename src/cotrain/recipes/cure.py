@@ -181,6 +181,14 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                   other_models={"tester": (tester, ttok)} if c.two_models else None)
 
 
+def check_models(cfg: RunConfig, generator: str, verifier: str) -> dict:
+    """The models `cotrain check` builds beside the coder: the tester, where it is a model of its own
+    (`cure.two_models`), built as a run builds it; `verifier` names its source."""
+    from cotrain.train.setup import initial_verifier
+
+    return {"tester": (*initial_verifier(cfg), verifier)} if cfg.cure.two_models else {}
+
+
 def check_extra(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say) -> dict:
     """What `cotrain check` adds for this recipe: the tester's first tests and their execution matrix."""
     return {"tests": first_tests(cfg, task, roles, problem, codes, say)}

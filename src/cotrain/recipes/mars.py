@@ -213,3 +213,9 @@ def _update(model, opt, planner_model, popt, plan_ro, plan_adv, work_ro, work_ad
     if two:
         pst["grad_norm"] = optimizer_step(planner_model, popt, train.max_grad_norm)
     return pst, wst, grad_norm
+
+
+def check_models(cfg: RunConfig, generator: str, verifier: str) -> dict:
+    """The models `cotrain check` builds beside the worker: the planner, where it is a model of its own
+    (`mars.two_models`), a second copy of the run's start as a run builds it."""
+    return {"planner": (*initial_model(cfg), generator + ", a second copy")} if cfg.mars.two_models else {}
