@@ -234,6 +234,24 @@ def checker_quality(runs: dict[int, Run]) -> str:
     return "–"
 
 
+def role_compute(runs: dict[int, Run]) -> str:
+    """Each role's compute at the end of training (eval.json `compute`, means over seeds): its FLOPs and
+    the tokens it ran forward (sampled, scored or trained on), e.g. "gen 2.3e+12 (404k); ver 3.7e+12
+    (1,646k)"; the shared warm-up a study adds is not in it. "–" where no run recorded any."""
+    roles: dict[str, list[tuple[float, float]]] = {}
+    for r in runs.values():
+        for role, c in (r.eval.get("compute") or {}).items():
+            if role != "total" and isinstance(c, dict) and "flops" in c:
+                roles.setdefault(role, []).append((float(c["flops"]), float(c.get("tokens_forward", 0))))
+    if not roles:
+        return "–"
+    cells = []
+    for role, rows in roles.items():
+        flops, forward = (sum(x) / len(rows) for x in zip(*rows))
+        cells.append(f"{role} {flops:.1e} ({forward / 1e3:,.0f}k)")
+    return "; ".join(cells)
+
+
 def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
@@ -280,11 +298,13 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
                      f"{over} | {cpus} |")
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
-    lines += ["", "| arm | recipe | labels its training reads | its checker at the end (test) |", "|---|---|---|---|"]
+    lines += ["", "| arm | recipe | labels its training reads | its checker at the end (test) | "
+              "FLOPs by role (tokens through it) |", "|---|---|---|---|---|"]
     for arm, runs in arms.items():
         recipes = sorted({r.recipe for r in runs.values()})
         labels = sorted({RECIPES[r].labels for r in recipes if r in RECIPES}) or ["?"]
-        lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} | {checker_quality(runs)} |")
+        lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} | {checker_quality(runs)} | "
+                     f"{role_compute(runs)} |")
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
     return "\n".join(lines + ([""] + criteria if criteria else []))
