@@ -134,7 +134,7 @@ def step_problems(args) -> list[list]:
     from cotrain.train.setup import build_task, sample_batch, training_pool
 
     cfg = grpo_config(args)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     pool, _ = training_pool(task, cfg, cfg.train.n_problems)
     return [sample_batch(pool, args.prompts, cfg.seed, step) for step in range(1, args.steps + 1)]
 

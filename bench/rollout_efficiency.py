@@ -145,7 +145,7 @@ def main(argv=None) -> None:
     build_start_model()
     model, tok = load_model(START)
     model.eval()
-    task = build_task(build_config({"task": dict(TASK)}))
+    task = build_task(build_config({"task": dict(TASK)}).task)
     questions = [p.question for p in task.problems("train", 16, seed=1)]
     prompts = encode_generator_prompts(tok, questions)
     def tiny_rollout(**k):
@@ -178,7 +178,7 @@ def main(argv=None) -> None:
         else:
             big, btok = load_model(path)
             big.eval()
-            words = build_task(build_config({"task": {"name": "wordproblems", "n_steps": [1, 1], "max_number": 10}}))
+            words = build_task(build_config({"task": {"name": "wordproblems", "n_steps": [1, 1], "max_number": 10}}).task)
             wq = [p.question for p in words.problems("train", 4, seed=1)]
             wp = encode_generator_prompts(btok, wq)
             def big_rollout(**k):

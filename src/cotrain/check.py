@@ -78,7 +78,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
 
     # ------------------------------------------------------------------ task and data
     # what a run reads: the training pool, and the problems the final evaluation draws from each split
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     # self-play draws its seed questions (`selfplay.seed_questions`), the other recipes `train.n_problems`
     pool, _ = training_pool(task, cfg, cfg.selfplay.seed_questions if "judge" in RECIPES[cfg.recipe].roles
                             else t.n_problems)

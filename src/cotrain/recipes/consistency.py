@@ -75,7 +75,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     frozen = tg.ver_steps == 0
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)
     verifier, vtok = initial_verifier(cfg)
     model.train()  # each on its model config's device: initial_model and initial_verifier placed them

@@ -71,7 +71,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     label_free = cfg.recipe == "cure_label_free"
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     require_unit_tests(task)
     model, tokenizer = initial_model(cfg)
     model.train()

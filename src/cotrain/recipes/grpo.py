@@ -46,7 +46,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g = cfg.grpo
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)
     model.train()  # on model.device: initial_model placed it
     # The frozen reference is the starting model (with LoRA: its base, adapters off); none when beta == 0.

@@ -78,7 +78,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, m = cfg.grpo, cfg.mars
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)                       # the worker (and the planner, with one model)
     model.train()
     pool = [p for p in training_pool(task, cfg, cfg.train.n_problems)[0] if p.steps or m.plan]

@@ -72,7 +72,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, p = cfg.grpo, cfg.prime
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)
     model.train()
     prm_ref = reference_model(model)  # the generator's start (a copy, before a resume loads trained weights)

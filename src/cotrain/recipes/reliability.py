@@ -98,7 +98,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     sp, rel = cfg.selfplay, cfg.reliability
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
     seeds, truth = seed_questions(cfg, task)     # truth: for the gt/ metrics alone
     truth_of = truth_lookup(task, truth)
@@ -170,7 +170,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         if loss is not None:
             loss.backward()
         compute.add("gen", trained=tokens)
-        grad_norms = step_models(cfg, m, lr_scale)
+        grad_norms = step_models(cfg.train, m, lr_scale)
         timer.lap("update", sum(t["trained"] for t in compute.tokens.values()) - trained_before)
 
         # -------------------------------------------------------------- log / eval / checkpoint

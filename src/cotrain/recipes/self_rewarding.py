@@ -84,7 +84,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, sr = cfg.grpo, cfg.self_rewarding
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)                      # the generator and its own judge
     model.train()
     reference, _ = initial_model(cfg)                          # M_t, DPO's reference, frozen

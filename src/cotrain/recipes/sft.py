@@ -31,7 +31,7 @@ from cotrain.train.update import supervised_step
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)
     model.train()  # on model.device: initial_model placed it
     n_val = cfg.eval.n_during if cfg.train.stop_at_acc else 0

@@ -65,7 +65,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     sp = cfg.spin
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)
     model.train()
     opponent, _ = initial_model(cfg)

@@ -89,7 +89,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     G = g.group_size
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
     seeds, truth = seed_questions(cfg, task)     # truth: for the gt/ metrics alone
     truth_of = truth_lookup(task, truth)
@@ -160,7 +160,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         zero_all(m)
         prop_st = proposer_backward(cfg, m.proposer, props, prop_rewards, compute)
         stats = _solver_and_judge_backward(cfg, m, sro, rewards, judged.rollout, judge_rewards, older, compute)
-        grad_norms = step_models(cfg, m, lr_scale)
+        grad_norms = step_models(cfg.train, m, lr_scale)
         timer.lap("update", sum(t["trained"] for t in compute.tokens.values()) - trained_before)
 
         # -------------------------------------------------------------- log / eval / checkpoint

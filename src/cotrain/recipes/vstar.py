@@ -74,7 +74,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, vs = cfg.grpo, cfg.vstar
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)
     model.train()
     verifier, vtok = initial_verifier(cfg)                     # V-STaR: started from the SFT model

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from cotrain import dist
-from cotrain.config import RunConfig
+from cotrain.config import RunConfig, TrainConfig
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_metrics import verifier_gap
 from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
@@ -345,7 +345,7 @@ def preference_metrics(prefs: list[torch.Tensor], chosen: list[list[tuple[int, i
 # ---------------------------------------------------------------------- update and monitors
 
 
-def step_models(cfg: RunConfig, m: SelfPlayModels, solver_scale: float = 1.0) -> dict[int, float]:
+def step_models(cfg: TrainConfig, m: SelfPlayModels, solver_scale: float = 1.0) -> dict[int, float]:
     """One optimizer step per model on the gradients its roles accumulated; {id(model): grad norm}. The
     solver's model steps with its learning rate times `solver_scale` (the safeguard's; with one shared
     model, every role's update is scaled)."""
@@ -353,7 +353,7 @@ def step_models(cfg: RunConfig, m: SelfPlayModels, solver_scale: float = 1.0) ->
     for model in m.models:
         opt, sched = m.optimizers[id(model)]
         scale = solver_scale if model is m.solver[0] else 1.0
-        grad_norms[id(model)] = optimizer_step(model, opt, cfg.train.max_grad_norm, scale)
+        grad_norms[id(model)] = optimizer_step(model, opt, cfg.max_grad_norm, scale)
         sched.step()
     return grad_norms
 

@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cotrain import dist
-from cotrain.config import RunConfig, TrainConfig
+from cotrain.config import RunConfig, TaskConfig, TrainConfig
 from cotrain.errors import UserError
 from cotrain.models.build import build_model, load_model, prepare_for_training, save_model
 from cotrain.runs.rundir import resolve_model_dir
@@ -27,8 +27,9 @@ def derive_seed(*parts: int | str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def build_task(cfg: RunConfig) -> Task:
-    return make_task(cfg.task.name, **cfg.task.options())
+def build_task(cfg: TaskConfig) -> Task:
+    """The task `cfg` (the run config's `task` section) names, with its options."""
+    return make_task(cfg.name, **cfg.options())
 
 
 def training_pool(task: Task, cfg: RunConfig, n: int | None, n_val: int = 0) -> tuple[list[Problem], list[Problem]]:
@@ -57,7 +58,7 @@ def initial_model(cfg: RunConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
         model, tokenizer = load_model(resolve_model_dir(cfg.init), dtype=cfg.model.dtype)
     else:
         model, tokenizer = build_model(cfg.model, seed=cfg.seed)
-    return shard_if_asked(prepare_for_training(model, cfg.model, dist.device()), cfg), tokenizer
+    return shard_if_asked(prepare_for_training(model, cfg.model, dist.device()), cfg.train), tokenizer
 
 
 def initial_verifier(cfg: RunConfig):
@@ -72,12 +73,12 @@ def initial_verifier(cfg: RunConfig):
     else:
         verifier, vtok = build_model(cfg.model, seed=derive_seed(cfg.seed, "verifier"))
     mcfg = mcfg.model_copy(update={"device": v.device}) if v.device else mcfg
-    return shard_if_asked(prepare_for_training(verifier, mcfg, dist.device()), cfg), vtok
+    return shard_if_asked(prepare_for_training(verifier, mcfg, dist.device()), cfg.train), vtok
 
 
-def shard_if_asked(model, cfg: RunConfig):
+def shard_if_asked(model, cfg: TrainConfig):
     """`model` sharded with FSDP2 when `train.fsdp` is set and the run has several processes."""
-    return dist.shard_model(model) if cfg.train.fsdp and dist.world() > 1 else model
+    return dist.shard_model(model) if cfg.fsdp and dist.world() > 1 else model
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, total_steps: int):
