@@ -267,3 +267,25 @@ def test_role_compute_gives_each_roles_mean_flops_and_tokens(tmp_path):
     arms = load_study(tmp_path)
     assert role_compute(arms["tango"]) == "gen 2.0e+12 (200k); ver 5.0e+12 (1,500k)"
     assert role_compute(arms["grpo"]) == "–"
+
+
+def test_committed_warm_ups_count_in_the_runs_that_start_from_them(tmp_path):
+    """A study keeping two warm-ups, the verifier's (starts/warm, 5e9 FLOPs) and a self-rewarding judge's
+    (starts/judge, 7e9): tango (verifier.init names the first) gains 5e9 at every point of its FLOPs curve,
+    self_rewarding (init names the second) 7e9, grpo (init the SFT start) nothing."""
+    from cotrain.analysis.study import add_shared_warmups
+
+    for name, flops in (("warm", 5e9), ("judge", 7e9)):
+        (tmp_path / "starts" / name).mkdir(parents=True)
+        (tmp_path / "starts" / name / "metrics.jsonl").write_text(json.dumps({"step": 1, "flops/total": flops}) + "\n")
+    _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3],
+              config="recipe: grpo\ninit: results/s/starts/sft/generator\n")
+    _fake_run(tmp_path / "tango" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3], config=(
+        "recipe: tango\ninit: results/s/starts/sft/generator\nverifier: {init: results/s/starts/warm/verifier}\n"))
+    _fake_run(tmp_path / "self_rewarding" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3],
+              config="recipe: self_rewarding\ninit: results/s/starts/judge/generator\n")
+    arms = load_study(tmp_path)
+    add_shared_warmups(arms, tmp_path)
+    assert arms["grpo"][0].flops == [0.0, 1e10, 2e10] and arms["grpo"][0].warmup_flops == 0.0
+    assert arms["tango"][0].flops == [5e9, 1.5e10, 2.5e10] and arms["tango"][0].warmup_flops == 5e9
+    assert arms["self_rewarding"][0].flops == [7e9, 1.7e10, 2.7e10] and arms["self_rewarding"][0].warmup_flops == 7e9

@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from cotrain.analysis.plot import load_metrics, plot_runs
-from cotrain.analysis.study import VERDICT, add_shared_warmup, build_start, load_study, plot_study
-from cotrain.analysis.study import shared_warmup_flops, shared_warmup_origin, study_criteria, study_table
+from cotrain.analysis.study import VERDICT, add_shared_warmups, build_start, load_study, plot_study
+from cotrain.analysis.study import study_criteria, study_table
 from cotrain.errors import UserError
 
 STYLE = """
@@ -189,7 +189,7 @@ def _samples(run_dir: Path) -> str:
 
 def _study_section(study_dir: Path, slug: str, scratch: Path) -> str:
     arms = load_study(study_dir)
-    add_shared_warmup(arms, shared_warmup_flops(study_dir), shared_warmup_origin(study_dir))
+    add_shared_warmups(arms, study_dir)
     start = build_start(study_dir)
     parts = ["<h3>Summary (mean ± 95% CI; paired differences in points, seeds paired across arms)</h3>",
              _markdown(study_table(arms, start).split("\n\n- ")[0])]

@@ -41,6 +41,7 @@ class Run:
     trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
     cpu: str = "?"
     verifier_init: str = ""                            # the verifier.init of a run that has a verifier
+    init: str = ""                                     # the run's start (`init`)
     recipe: str = "?"
 
     def final(self, split: str) -> float | None:
@@ -67,6 +68,7 @@ def load_run(run_dir: Path) -> Run:
         raw = read_yaml_mapping(config, "the run's config")
         verifier = raw.get("verifier")
         run.recipe = str(raw.get("recipe", "?"))
+        run.init = str(raw.get("init") or "")
         uses = RECIPES.get(run.recipe)
         if isinstance(verifier, dict) and uses is not None and {"verifier", "judge"} & set(uses.roles):
             run.verifier_init = str(verifier.get("init") or "")  # a recipe without a verifier ignores it
@@ -96,19 +98,32 @@ def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
 
 
 SHARED_WARMUP = "starts/warm/verifier"
+# committed warm-ups a study's runs may start from: start name -> (the model it leaves, the Run field naming it)
+WARMUPS = {"warm": ("verifier", "verifier_init"),   # tango's verifier warm-up, read through verifier.init
+           "judge": ("generator", "init")}          # self_rewarding's judge warm-up: the model is its own judge
 
 
-def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: str | None = None) -> None:
-    """Count a committed verifier warm-up of `flops` FLOPs in every run whose verifier started from it
-    (`verifier.init` ending in starts/warm/verifier, or naming the run directory the warm-up was made in,
-    `made_in`, as a run started before the warm-up was committed does): its warm-up, and every point of
-    its FLOPs curve."""
-    sources = [SHARED_WARMUP] + ([f"{made_in.rstrip('/')}/warmup/verifier"] if made_in else [])
+def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: str | None = None,
+                      start: str = "warm") -> None:
+    """Count a committed warm-up of `flops` FLOPs (`starts/<start>/`) in every run that started from it:
+    for `warm`, a verifier.init ending in starts/warm/verifier or naming the run directory the warm-up
+    was made in (`made_in`, as a run started before the warm-up was committed does); for `judge`, an
+    init ending in starts/judge/generator. Its warm-up, and every point of its FLOPs curve."""
+    model, attr = WARMUPS[start]
+    sources = [f"starts/{start}/{model}"] + ([f"{made_in.rstrip('/')}/warmup/verifier"] if made_in else [])
     for runs in arms.values():
         for run in runs.values():
-            if any(run.verifier_init.rstrip("/").endswith(src) for src in sources):
+            if any(getattr(run, attr).rstrip("/").endswith(src) for src in sources):
                 run.warmup_flops += flops
                 run.flops = [f + flops for f in run.flops]
+
+
+def add_shared_warmups(arms: dict[str, dict[int, Run]], study_dir: Path) -> None:
+    """`add_shared_warmup` for each committed warm-up the study keeps (starts/warm, starts/judge)."""
+    for start in WARMUPS:
+        flops = shared_warmup_flops(study_dir, start)
+        if flops:
+            add_shared_warmup(arms, flops, shared_warmup_origin(study_dir) if start == "warm" else None, start)
 
 
 def shared_warmup_origin(study_dir: Path) -> str | None:
@@ -118,10 +133,10 @@ def shared_warmup_origin(study_dir: Path) -> str | None:
     return found.group(1) if found else None
 
 
-def shared_warmup_flops(study_dir: Path) -> float:
-    """The FLOPs of the study's committed verifier warm-up (the last `compute/total/flops` its record
-    logged), or 0 where the study keeps none."""
-    record = study_dir / "starts" / "warm"
+def shared_warmup_flops(study_dir: Path, start: str = "warm") -> float:
+    """The FLOPs of the study's committed warm-up `starts/<start>` (the last `compute/total/flops` its
+    record logged), or 0 where the study keeps none."""
+    record = Path(study_dir) / "starts" / start
     if not (record / "metrics.jsonl.gz").is_file() and not (record / "metrics.jsonl").is_file():
         return 0.0
     flops = 0.0
@@ -352,7 +367,7 @@ def build_study(study_dir: str | Path) -> str:
     """Table (printed and written to table.md) and curves.png of a study directory."""
     study_dir = Path(study_dir)
     arms = load_study(study_dir)
-    add_shared_warmup(arms, shared_warmup_flops(study_dir), shared_warmup_origin(study_dir))
+    add_shared_warmups(arms, study_dir)
     text = study_table(arms, build_start(study_dir))
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
