@@ -333,22 +333,36 @@ def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    longest = {arm: max(max(r.steps) for r in runs.values()) for arm, runs in arms.items()
+               if all(r.steps for r in runs.values())}
+    others = [n for arm, n in longest.items() if arm != LONG]
+    clip = max(others) if others and longest.get(LONG, 0) > max(others) else None  # grpo_long runs on past the rest
+    if len(longest) > 10:  # more arms than the default cycle's 10 colours: 20, then dashed
+        palette = plt.get_cmap("tab20").colors
+        left.set_prop_cycle(color=[palette[i % 20] for i in range(len(longest))],
+                            linestyle=["-" if i < 20 else "--" for i in range(len(longest))])
     for arm, runs in arms.items():
-        if not all(r.steps for r in runs.values()):
+        if arm not in longest:
             continue
         steps, acc, half, flops = mean_curve(runs, after_warmup=True)
         lo, hi = [a - h for a, h in zip(acc, half)], [a + h for a, h in zip(acc, half)]
-        line, = left.plot(steps, acc, label=f"{arm} (n={len(runs)})")
+        label = f"{arm} (n={len(runs)})" + (f"; to step {longest[arm]} on the right" if clip and arm == LONG else "")
+        line, = left.plot(steps, acc, label=label)
         left.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
-        right.plot(flops, acc, color=line.get_color())
+        right.plot(flops, acc, color=line.get_color(), linestyle=line.get_linestyle())
         right.fill_between(flops, lo, hi, alpha=0.2, color=line.get_color())
+    if clip:
+        left.set_xlim(0, clip)
     left.set_xlabel("generator step")
     right.set_xlabel("FLOPs after the warm-up (cumulative; the table counts the warm-up)")
     right.set_xscale("log")
     for ax in (left, right):
         ax.set_ylabel("greedy pass@1 (test, in training)")
         ax.grid(alpha=0.3)
-    left.legend()
+    if len(longest) > 6:  # many arms: the legend beside the panels, not over the curves
+        fig.legend(*left.get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    else:
+        left.legend()
     if title:
         fig.suptitle(title)
     fig.savefig(path, dpi=110, bbox_inches="tight")
