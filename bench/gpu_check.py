@@ -11,6 +11,7 @@ template), then runs a few steps of the shipped GSM8K configs, each case in its 
   grpo FSDP2 torchrun  under torchrun --nproc_per_node 1 with train.fsdp=true
   grpo LoRA            + model.lora_r=16
   grpo checkpointing   + model.gradient_checkpointing=true
+  grpo compiled        + rollout.compile=true (decoding through torch.compile with a static KV cache)
   tango bf16           configs/real/tango.yaml without the verifier's 40 RL warm-up steps (Ng:Nv = 3:1)
 
 Random weights never write eos, so every completion runs to its length limit: the worst case the
@@ -56,6 +57,7 @@ CASES = {  # name: (config, estimate key, launcher, overrides); the cheap cases 
     "grpo FSDP2 torchrun": ("grpo", None, "torchrun", ["train.bf16=true", "train.fsdp=true"]),
     "grpo LoRA": ("grpo", None, "python", ["train.bf16=true", "model.lora_r=16"]),
     "grpo checkpointing": ("grpo", "grpo_ckpt", "python", ["train.bf16=true", "model.gradient_checkpointing=true"]),
+    "grpo compiled": ("grpo", None, "python", ["train.bf16=true", "rollout.compile=true"]),
     "tango bf16": ("tango", "tango", "python", ["train.bf16=true", "verifier.warmup_rl_steps=0", "tango.eval_n=8"]),
 }
 # The dry run: the same cases on a nano stand-in, small enough for the test suite.

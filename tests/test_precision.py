@@ -95,7 +95,8 @@ def test_gpu_check_without_cuda_says_so_in_one_line():
 # 10-15 s on a 2-core CPU; `make test-heavy` the whole list. (LoRA and checkpointing have tests of their
 # own in tests/test_memory.py.)
 QUICK_CASES = ["grpo FSDP2 torchrun", "tango bf16"]
-ALL_CASES = ["sft bf16", "grpo bf16", "grpo FSDP2 torchrun", "grpo LoRA", "grpo checkpointing", "tango bf16"]
+ALL_CASES = ["sft bf16", "grpo bf16", "grpo FSDP2 torchrun", "grpo LoRA", "grpo checkpointing", "grpo compiled",
+             "tango bf16"]
 
 
 @pytest.mark.slow
