@@ -23,7 +23,7 @@ from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
 from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
-from cotrain.train.compute import StepTimer
+from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.setup import build_task, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import supervised_step
 
@@ -42,6 +42,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="sft")
+    compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))  # FLOPs beside the RL arms'
 
     # ------------------------------------------------------------------ loop
     step = session.start_step
@@ -57,7 +58,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                              max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
                              micro_batch_size=cfg.train.micro_batch_size)
         sched.step()
-        timer.lap("update", st["tokens_trained"] + st["prompt_tokens_trained"])
+        trained = st["tokens_trained"] + st["prompt_tokens_trained"]
+        compute.add("gen", trained=trained)  # 6N a token: its forward and backward pass
+        timer.lap("update", trained)
 
         # -------------------------------------------------------------- log / eval / checkpoint
         metrics = {"gen/loss": st["loss"], "gen/grad_norm": st["grad_norm"], "gen/lr": sched.get_last_lr()[0],
@@ -74,12 +77,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
+        metrics.update(compute.metrics())
         log_step(cfg, session, step, metrics, {"loss": metrics["gen/loss"]}, force=stop)
-        maybe_checkpoint(cfg, session, step, roles, stop=stop)
+        maybe_checkpoint(cfg, session, step, roles, stop=stop, extra={"compute": compute.tokens})
         if stop:
             break
 
-    return finish(cfg, session, model, tokenizer, task, step)
+    return finish(cfg, session, model, tokenizer, task, step, other_results={"compute": compute.summary()})
 
 
 def check_rollout(cfg: RunConfig) -> dict:
