@@ -252,20 +252,21 @@ def test_auto_is_safe_and_useful_by_its_two_rules(tmp_path):
 
 
 def test_role_compute_gives_each_roles_mean_flops_and_tokens(tmp_path):
-    """Two seeds of a two-role arm: gen 1e12 and 3e12 FLOPs (mean 2.0e+12) over 100k and 300k tokens
-    (mean 200k); ver 4e12 over 1,000k in one seed, 6e12 over 2,000k in the other (5.0e+12, 1,500k);
-    `total` is no role. An arm with no compute record gives "–"."""
+    """Two seeds of a two-role arm: gen 1e12 and 3e12 FLOPs (mean 2.0e+12) over 100k and 300k tokens run
+    forward plus 50k trained on in each (mean 250k); ver 4e12 over 1,000k in one seed, 6e12 over 2,000k
+    in the other (5.0e+12, 1,500k); `total` is no role. An arm with no compute record gives "–"."""
     from cotrain.analysis.study import role_compute
 
     for s, (g, gt, v, vt) in enumerate([(1e12, 1e5, 4e12, 1e6), (3e12, 3e5, 6e12, 2e6)]):
         d = _fake_run(tmp_path / "tango" / f"seed{s}", 0.5, 0.1, [0.1, 0.2, 0.3])
         ev = json.loads((d / "eval.json").read_text())
-        ev["compute"] = {"gen": {"flops": g, "tokens_forward": gt}, "ver": {"flops": v, "tokens_forward": vt},
+        ev["compute"] = {"gen": {"flops": g, "tokens_forward": gt, "tokens_trained": 5e4},
+                         "ver": {"flops": v, "tokens_forward": vt},
                          "total": {"flops": g + v}}
         (d / "eval.json").write_text(json.dumps(ev))
     _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3])
     arms = load_study(tmp_path)
-    assert role_compute(arms["tango"]) == "gen 2.0e+12 (200k); ver 5.0e+12 (1,500k)"
+    assert role_compute(arms["tango"]) == "gen 2.0e+12 (250k); ver 5.0e+12 (1,500k)"
     assert role_compute(arms["grpo"]) == "–"
 
 

@@ -251,13 +251,14 @@ def checker_quality(runs: dict[int, Run]) -> str:
 
 def role_compute(runs: dict[int, Run]) -> str:
     """Each role's compute at the end of training (eval.json `compute`, means over seeds): its FLOPs and
-    the tokens it ran forward (sampled, scored or trained on), e.g. "gen 2.3e+12 (404k); ver 3.7e+12
-    (1,646k)"; the shared warm-up a study adds is not in it. "–" where no run recorded any."""
+    the tokens through it (run forward to sample or score, plus trained on), e.g. "gen 2.3e+12 (627k);
+    ver 3.7e+12 (1,683k)"; the shared warm-up a study adds is not in it. "–" where no run recorded any."""
     roles: dict[str, list[tuple[float, float]]] = {}
     for r in runs.values():
         for role, c in (r.eval.get("compute") or {}).items():
             if role != "total" and isinstance(c, dict) and "flops" in c:
-                roles.setdefault(role, []).append((float(c["flops"]), float(c.get("tokens_forward", 0))))
+                through = float(c.get("tokens_forward", 0)) + float(c.get("tokens_trained", 0))
+                roles.setdefault(role, []).append((float(c["flops"]), through))
     if not roles:
         return "–"
     cells = []
