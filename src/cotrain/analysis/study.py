@@ -97,7 +97,6 @@ def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
     return dict(sorted(arms.items(), key=lambda kv: (kv[0] != BASELINE, kv[0])))
 
 
-SHARED_WARMUP = "starts/warm/verifier"
 # committed warm-ups a study's runs may start from: start name -> (the model it leaves, the Run field naming it)
 WARMUPS = {"warm": ("verifier", "verifier_init"),   # tango's verifier warm-up, read through verifier.init
            "judge": ("generator", "init")}          # self_rewarding's judge warm-up: the model is its own judge
@@ -263,8 +262,8 @@ def role_compute(runs: dict[int, Run]) -> str:
         return "–"
     cells = []
     for role, rows in roles.items():
-        flops, forward = (sum(x) / len(rows) for x in zip(*rows))
-        cells.append(f"{role} {flops:.1e} ({forward / 1e3:,.0f}k)")
+        flops, through = (sum(x) / len(rows) for x in zip(*rows))
+        cells.append(f"{role} {flops:.1e} ({through / 1e3:,.0f}k)")
     return "; ".join(cells)
 
 
