@@ -67,11 +67,12 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
         _fake_run(study / "grpo" / f"seed{s}", t, 0.10, [0.1, 0.2, c])
     for s, t in enumerate([0.47, 0.56, 0.53]):
         _fake_run(study / "tango" / f"seed{s}", t, [0.11, 0.12, 0.10][s], [0.1, 0.3, 0.4], 3e9, warmup=5e9,
-                  alpha=lambda step: 0.1 if step <= 10 else 0.0)  # 10 of 20 steps at 0.1: mean 0.05
+                  alpha=lambda step: 0.1 if step <= 10 else 0.0, config="recipe: tango\n")  # 10 of 20 at 0.1: mean 0.05
+        _fake_run(study / "grpo_g16" / f"seed{s}", t, 0.1, [0.1, 0.3, 0.4], 2e9)  # a compute control: no criteria
     (study / "starts" / "sft").mkdir(parents=True)
     (study / "starts" / "sft" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": 0.2}}}))
     arms = load_study(study)
-    assert list(arms) == ["grpo", "tango"] and sorted(arms["tango"]) == [0, 1, 2]
+    assert list(arms) == ["grpo", "grpo_g16", "tango"] and sorted(arms["tango"]) == [0, 1, 2]
     steps, acc, half, flops = mean_curve(arms["tango"])
     assert steps == [0, 10, 20] and acc == pytest.approx([0.1, 0.3, 0.4]) and half == pytest.approx([0.0, 0.0, 0.0])
     assert flops == [5e9, 3.5e10, 6.5e10]
@@ -87,6 +88,7 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
     assert "tango, **great** (paired ood lower bound > 0): does not hold" in text
     assert "tango, **excellent** (label-free gain excludes 0 and paired (label-free - tango) lower bound >= -3): " \
            "cannot say; not run" in text  # no label-free arm in this study
+    assert "grpo_g16, **" not in text and "| grpo_g16 | 0,1,2 |" in text  # grpo given more compute is a control
     assert (study / "table.md").read_text().strip() == text.strip()
     assert (study / "curves.png").stat().st_size > 1000
 
@@ -122,7 +124,7 @@ def test_at_flops_and_the_equal_compute_column(tmp_path):
     study = tmp_path / "study"
     _fake_run(study / "grpo" / "seed0", 0.4, 0.1, [0.1, 0.2, 0.3])
     _fake_run(study / "grpo_long" / "seed0", 0.5, 0.1, [0.1, 0.35, 0.5], 4e9)
-    _fake_run(study / "tango" / "seed0", 0.45, 0.1, [0.1, 0.3, 0.4], 3e9, warmup=5e9)
+    _fake_run(study / "tango" / "seed0", 0.45, 0.1, [0.1, 0.3, 0.4], 3e9, warmup=5e9, config="recipe: tango\n")
     text = build_study(study)
     row = next(line for line in text.splitlines() if line.startswith("| tango"))
     assert "| 0.350 (0.350) |" in row
@@ -238,8 +240,9 @@ def test_auto_is_safe_and_useful_by_its_two_rules(tmp_path):
     study = tmp_path / "study"
     for s, (g, d) in enumerate([(0.40, 0.01), (0.50, -0.01), (0.45, 0.03)]):
         _fake_run(study / "grpo" / f"seed{s}", g, 0.1, [0.1, 0.2, 0.3])
-        _fake_run(study / "tango_auto" / f"seed{s}", g + d, 0.1, [0.1, 0.2, 0.3], alpha=lambda step: 0.02)
-        _fake_run(study / "tango" / f"seed{s}", g, 0.1, [0.1, 0.2, 0.3], alpha=lambda step: 0.05)
+        _fake_run(study / "tango_auto" / f"seed{s}", g + d, 0.1, [0.1, 0.2, 0.3], alpha=lambda step: 0.02,
+                  config="recipe: tango\n")
+        _fake_run(study / "tango" / f"seed{s}", g, 0.1, [0.1, 0.2, 0.3], alpha=lambda step: 0.05, config="recipe: tango\n")
     text = build_study(study)
     assert "tango_auto, **auto safe** (paired (auto - grpo) test lower bound >= -2 over >= 3 seeds): does not hold; " \
            "+1.0 [-4.0, +6.0] (n=3)" in text

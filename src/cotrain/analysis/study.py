@@ -25,6 +25,7 @@ from cotrain.registry import RECIPES
 from cotrain.stats import POINTS, Criterion, auto_criteria, mean_ci95, paired_difference, plan_criteria
 
 BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
+SINGLE_MODEL = ("grpo", "sft")  # recipes that train one model on labels alone: controls, not co-training
 AUTO, SCHEDULE = "tango_auto", "tango"  # `tango.alpha: auto` and the paper's schedule, read by auto_criteria
 
 
@@ -202,13 +203,14 @@ def _vs_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str):
 
 
 def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) -> list[tuple[str, Criterion]]:
-    """The plan's criteria (`stats.plan_criteria`) of each co-training arm against grpo, and `tango.alpha:
+    """The plan's criteria (`stats.plan_criteria`) of each co-training arm (not the grpo and sft controls) against grpo, and `tango.alpha:
     auto`'s two rules for its arm, as (arm, criterion) in the study's order of arms. The label-free gain
     needs the start's `test` pass@1 (`start`)."""
     out = []
     for arm, runs in arms.items():
         d_test = _vs_baseline(arms, arm, "test")
-        if d_test is None or arm in (LABELFREE, LONG):  # the criteria compare co-training with grpo
+        single = all(r.recipe in SINGLE_MODEL for r in runs.values())  # grpo_long, grpo_g16, sft: baselines
+        if d_test is None or arm == LABELFREE or single:  # the criteria compare co-training with grpo
             continue
         test = _finals(runs, "test")
         gain = vs = None
