@@ -293,3 +293,30 @@ def test_committed_warm_ups_count_in_the_runs_that_start_from_them(tmp_path):
     assert arms["grpo"][0].flops == [0.0, 1e10, 2e10] and arms["grpo"][0].warmup_flops == 0.0
     assert arms["tango"][0].flops == [5e9, 1.5e10, 2.5e10] and arms["tango"][0].warmup_flops == 5e9
     assert arms["self_rewarding"][0].flops == [7e9, 1.7e10, 2.7e10] and arms["self_rewarding"][0].warmup_flops == 7e9
+
+
+def test_best_of_n_table_and_figure_of_a_vstar_arm(tmp_path):
+    """V-STaR's pick among 4 on three seeds: 0.4, 0.5, 0.6 -> mean 0.5, sd 0.1, half-width 4.303 · 0.1 /
+    sqrt(3) = 0.248; the random pick 0.3 on every seed -> 0.300 ± 0.000; a named verifier ("tango") at N = 1
+    only. An arm without best-of-N gives no row."""
+    from cotrain.analysis.study import best_of_n
+
+    study = tmp_path / "study"
+    for s, v in enumerate([0.4, 0.5, 0.6]):
+        _fake_run(study / "grpo" / f"seed{s}", 0.4, 0.1, [0.1, 0.2, 0.3])
+        d = _fake_run(study / "vstar" / f"seed{s}", 0.4, 0.1, [0.1, 0.2, 0.3], config="recipe: vstar\n")
+        ev = json.loads((d / "eval.json").read_text())
+        ev["vstar"] = {"test": {"bon@4/vstar": v, "bon@4/random": 0.3, "bon@1/tango": 0.2, "bon@4/note": "x"}}
+        (d / "eval.json").write_text(json.dumps(ev))
+    picks = best_of_n(load_study(study)["vstar"])
+    assert picks == {"vstar": {4: [0.4, 0.5, 0.6]}, "random": {4: [0.3] * 3}, "tango": {1: [0.2] * 3}}
+    assert best_of_n(load_study(study)["grpo"]) == {}
+    text = build_study(study)
+    assert "| arm | selector | seeds | N = 1 | N = 4 |" in text
+    assert "| vstar | random pick | 3 | – | 0.300 ± 0.000 |" in text
+    assert "| vstar | V-STaR verifier | 3 | – | 0.500 ± 0.248 |" in text
+    assert "| vstar | tango verifier | 3 | 0.200 ± 0.000 | – |" in text
+    bon = text.split("Best of N")[1]
+    assert bon.index("random pick") < bon.index("V-STaR verifier") < bon.index("tango verifier")
+    assert "| grpo | " not in bon
+    assert (study / "bon.png").stat().st_size > 1000

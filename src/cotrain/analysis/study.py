@@ -380,14 +380,79 @@ def build_start(study_dir: str | Path) -> float | None:
 
 
 def build_study(study_dir: str | Path) -> str:
-    """Table (printed and written to table.md) and curves.png of a study directory."""
+    """Table (printed and written to table.md) and curves.png of a study directory; where an arm measured
+    best-of-N (V-STaR), its table follows and bon.png draws it."""
     study_dir = Path(study_dir)
     arms = load_study(study_dir)
     add_shared_warmups(arms, study_dir)
     text = study_table(arms, build_start(study_dir))
+    picks = {arm: best_of_n(runs) for arm, runs in arms.items()}
+    picks = {arm: p for arm, p in picks.items() if p}
+    if picks:
+        text += "\n\n" + bon_table(picks)
+        plot_bon(picks, study_dir / "bon.png", title=study_dir.name)
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     return text
+
+
+BON_NAMES = {"oracle": "oracle (pass@N)", "random": "random pick", "majority": "majority vote",
+             "vstar": "V-STaR verifier"}
+
+
+def best_of_n(runs: dict[int, Run]) -> dict[str, dict[int, list[float]]]:
+    """The best-of-N accuracies a V-STaR run measured at its end (eval.json vstar/test `bon@N/<selector>`:
+    the oracle, a random pick, majority voting, its verifier and any named generative verifier), as
+    selector -> N -> the values over seeds in seed order; {} where no run measured any."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for _, run in sorted(runs.items()):
+        for key, value in (run.eval.get("vstar", {}).get("test", {}) or {}).items():
+            found = re.fullmatch(r"bon@(\d+)/(\w+)", key)
+            if found and isinstance(value, (int, float)):
+                out.setdefault(found.group(2), {}).setdefault(int(found.group(1)), []).append(float(value))
+    return out
+
+
+def bon_table(picks: dict[str, dict[str, dict[int, list[float]]]]) -> str:
+    """Best-of-N against N, a row per arm and selector, mean ± 95% CI over seeds (`best_of_n`)."""
+    ns = sorted({n for p in picks.values() for sel in p.values() for n in sel})
+    lines = ["Best of N samples against N (`test`, the final generator; mean ± 95% CI over seeds):", "",
+             "| arm | selector | seeds | " + " | ".join(f"N = {n}" for n in ns) + " |",
+             "|---|---|---|" + "---|" * len(ns)]
+    for arm, p in picks.items():
+        for sel in sorted(p, key=lambda k: (list(BON_NAMES).index(k) if k in BON_NAMES else len(BON_NAMES), k)):
+            seeds = max(len(v) for v in p[sel].values())
+            cells = [_cell(p[sel][n]) if n in p[sel] else "–" for n in ns]
+            lines.append(f"| {arm} | {BON_NAMES.get(sel, sel + ' verifier')} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_bon(picks: dict[str, dict[str, dict[int, list[float]]]], path: str | Path, title: str = "") -> None:
+    """Best-of-N accuracy against N, a panel per arm, a line per selector with its 95% CI as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(picks), figsize=(5.5 * len(picks), 4), squeeze=False)
+    for ax, (arm, p) in zip(axes[0], picks.items()):
+        for sel in sorted(p, key=lambda k: (list(BON_NAMES).index(k) if k in BON_NAMES else len(BON_NAMES), k)):
+            ns = sorted(p[sel])
+            stats = [mean_ci95(p[sel][n]) for n in ns]
+            ax.errorbar(ns, [m for m, _ in stats], yerr=[0 if math.isnan(h) else h for _, h in stats],
+                        marker="o", capsize=3, label=BON_NAMES.get(sel, sel + " verifier"),
+                        linestyle="--" if sel == "oracle" else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("N (samples to pick from)")
+        ax.set_ylabel("accuracy of the pick (test)")
+        ax.set_title(arm)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def documented(study_dir: str | Path, arm: str, step: int | None = None) -> list[str]:
