@@ -8,7 +8,8 @@ HTML. What it shows:
             step, eval.json as tables, and the sampled completions with their verdicts (samples.jsonl).
   a study   (results/<study>: <arm>/seed<S> run records) the summary table with paired CIs, the plan's
             criteria read off it (`study_criteria`), each holding or not with its numbers, and the
-            accuracy curves against steps and FLOPs with their CIs.
+            accuracy curves against steps and FLOPs with their CIs, and best-of-N against N where an
+            arm measured it (V-STaR).
   a sweep   (a directory with summary.md) its summary table and every run's curves on one chart.
 A directory of runs (the demo's) shows each run in turn.
 Charts are `<figure class="chart" id="chart-...">`; each study's criteria are `<table class="criteria"
@@ -27,7 +28,8 @@ from pathlib import Path
 import yaml
 
 from cotrain.analysis.plot import load_metrics, plot_runs
-from cotrain.analysis.study import VERDICT, add_shared_warmups, build_start, load_study, plot_study
+from cotrain.analysis.study import VERDICT, add_shared_warmups, best_of_n, bon_table, build_start, load_study, plot_bon
+from cotrain.analysis.study import plot_study
 from cotrain.analysis.study import study_criteria, study_table
 from cotrain.errors import UserError
 
@@ -203,6 +205,12 @@ def _study_section(study_dir: Path, slug: str, scratch: Path) -> str:
     plot_study(arms, png, title=study_dir.name)
     parts.append(_figure(f"chart-{slug}-study", png, "greedy pass@1 in training: mean over seeds with its 95% CI, "
                                                        "against generator steps and against FLOPs"))
+    picks = {arm: p for arm, p in ((arm, best_of_n(runs)) for arm, runs in arms.items()) if p}
+    if picks:
+        parts += ["<h3>Best of N</h3>", _markdown(bon_table(picks).split("\n\n", 1)[1])]
+        plot_bon(picks, scratch / "bon.png", title=study_dir.name)
+        parts.append(_figure(f"chart-{slug}-bon", scratch / "bon.png", "best-of-N accuracy against N: each "
+                             "selector's pick among N of 64 samples, mean over seeds with its 95% CI"))
     cpus = sorted({r.cpu for runs in arms.values() for r in runs.values()})
     parts.append(f"<p>machines: {_e(', '.join(cpus))}; {sum(len(r) for r in arms.values())} runs in "
                  f"{len(arms)} arms</p>")
