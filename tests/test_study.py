@@ -276,7 +276,8 @@ def test_role_compute_gives_each_roles_mean_flops_and_tokens(tmp_path):
 def test_committed_warm_ups_count_in_the_runs_that_start_from_them(tmp_path):
     """A study keeping two warm-ups, the verifier's (starts/warm, 5e9 FLOPs) and a self-rewarding judge's
     (starts/judge, 7e9): tango (verifier.init names the first) gains 5e9 at every point of its FLOPs curve,
-    self_rewarding (init names the second) 7e9, grpo (init the SFT start) nothing."""
+    self_rewarding (init names the second, or the final model of the run its COMMAND made) 7e9, grpo (init
+    the SFT start) nothing."""
     from cotrain.analysis.study import add_shared_warmups
 
     for name, flops in (("warm", 5e9), ("judge", 7e9)):
@@ -288,8 +289,24 @@ def test_committed_warm_ups_count_in_the_runs_that_start_from_them(tmp_path):
         "recipe: tango\ninit: results/s/starts/sft/generator\nverifier: {init: results/s/starts/warm/verifier}\n"))
     _fake_run(tmp_path / "self_rewarding" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3],
               config="recipe: self_rewarding\ninit: results/s/starts/judge/generator\n")
+    # a run started before the judge was committed names the model in the run that made it
+    (tmp_path / "starts" / "judge" / "COMMAND").write_text("cotrain run j.yaml train.steps=0 --out runs/judge\n")
+    _fake_run(tmp_path / "self_rewarding" / "seed1", 0.5, 0.1, [0.1, 0.2, 0.3],
+              config="recipe: self_rewarding\ninit: runs/judge/final/generator\n")
+    _fake_run(tmp_path / "self_rewarding" / "seed2", 0.5, 0.1, [0.1, 0.2, 0.3],  # another model of that run: no
+              config="recipe: self_rewarding\ninit: runs/judge/checkpoints/step_5/generator\n")
     arms = load_study(tmp_path)
     add_shared_warmups(arms, tmp_path)
+    assert arms["self_rewarding"][1].warmup_flops == 7e9 and arms["self_rewarding"][2].warmup_flops == 0.0
+    # the judge's generator is where those runs start: their gain is read against its 0.3, the rest's
+    # against the SFT start's 0.2 (final 0.5 each: +20 and +30 points)
+    for name, acc in (("sft", 0.2), ("judge", 0.3)):
+        (tmp_path / "starts" / name).mkdir(exist_ok=True)
+        (tmp_path / "starts" / name / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": acc}}}))
+    text = build_study(tmp_path)
+    # +20, +20, +30: mean 23.3, sd 5.774, half-width 4.303 · 5.774 / sqrt(3) = 14.3
+    assert "| self_rewarding | 0,1,2 |" in text and "| +23.3 [+9.0, +37.7] (n=3) |" in text
+    assert "| tango | 0 |" in text and "| +30.0 (n=1) |" in text
     assert arms["grpo"][0].flops == [0.0, 1e10, 2e10] and arms["grpo"][0].warmup_flops == 0.0
     assert arms["tango"][0].flops == [5e9, 1.5e10, 2.5e10] and arms["tango"][0].warmup_flops == 5e9
     assert arms["self_rewarding"][0].flops == [7e9, 1.7e10, 2.7e10] and arms["self_rewarding"][0].warmup_flops == 7e9

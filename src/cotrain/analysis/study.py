@@ -43,6 +43,7 @@ class Run:
     cpu: str = "?"
     verifier_init: str = ""                            # the verifier.init of a run that has a verifier
     init: str = ""                                     # the run's start (`init`)
+    start: float | None = None                         # its start's test pass@1, where not the study's SFT start
     recipe: str = "?"
 
     def final(self, split: str) -> float | None:
@@ -99,23 +100,29 @@ def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
 
 
 # committed warm-ups a study's runs may start from: start name -> (the model it leaves, the Run field naming it)
-WARMUPS = {"warm": ("verifier", "verifier_init"),   # tango's verifier warm-up, read through verifier.init
-           "judge": ("generator", "init")}          # self_rewarding's judge warm-up: the model is its own judge
+WARMUPS = {  # start -> (its model, the Run field naming it, where the run that made it keeps the model)
+    "warm": ("verifier", "verifier_init", "warmup/verifier"),  # tango's verifier warm-up, read through verifier.init
+    "judge": ("generator", "init", "final/generator"),          # self_rewarding's judge: the model is its own judge
+}
 
 
 def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: str | None = None,
-                      start: str = "warm") -> None:
+                      start: str = "warm", start_accuracy: float | None = None) -> None:
     """Count a committed warm-up of `flops` FLOPs (`starts/<start>/`) in every run that started from it:
-    for `warm`, a verifier.init ending in starts/warm/verifier or naming the run directory the warm-up
-    was made in (`made_in`, as a run started before the warm-up was committed does); for `judge`, an
-    init ending in starts/judge/generator. Its warm-up, and every point of its FLOPs curve."""
-    model, attr = WARMUPS[start]
-    sources = [f"starts/{start}/{model}"] + ([f"{made_in.rstrip('/')}/warmup/verifier"] if made_in else [])
+    for `warm`, a verifier.init ending in starts/warm/verifier, for `judge` an init ending in
+    starts/judge/generator, or either naming the model in the run directory the warm-up was made in
+    (`made_in`, as a run started before the warm-up was committed does). Its warm-up, and every point of
+    its FLOPs curve. Where the committed model is the run's generator (`judge`), the run's start becomes
+    that model's `test` pass@1 (`start_accuracy`), read in place of the study's SFT start."""
+    model, attr, kept = WARMUPS[start]
+    sources = [f"starts/{start}/{model}"] + ([f"{made_in.rstrip('/')}/{kept}"] if made_in else [])
     for runs in arms.values():
         for run in runs.values():
             if any(getattr(run, attr).rstrip("/").endswith(src) for src in sources):
                 run.warmup_flops += flops
                 run.flops = [f + flops for f in run.flops]
+                if model == "generator":  # the committed model is the run's generator: its start
+                    run.start = start_accuracy
 
 
 def add_shared_warmups(arms: dict[str, dict[int, Run]], study_dir: Path) -> None:
@@ -123,12 +130,13 @@ def add_shared_warmups(arms: dict[str, dict[int, Run]], study_dir: Path) -> None
     for start in WARMUPS:
         flops = shared_warmup_flops(study_dir, start)
         if flops:
-            add_shared_warmup(arms, flops, shared_warmup_origin(study_dir) if start == "warm" else None, start)
+            add_shared_warmup(arms, flops, shared_warmup_origin(study_dir, start), start,
+                              build_start(study_dir, start))
 
 
-def shared_warmup_origin(study_dir: Path) -> str | None:
-    """The run directory the study's committed warm-up was made in (`--out` of starts/warm/COMMAND)."""
-    command = Path(study_dir) / "starts" / "warm" / "COMMAND"
+def shared_warmup_origin(study_dir: Path, start: str = "warm") -> str | None:
+    """The run directory the study's committed warm-up was made in (`--out` of starts/<start>/COMMAND)."""
+    command = Path(study_dir) / "starts" / start / "COMMAND"
     found = re.search(r"--out\s+(\S+)", command.read_text(encoding="utf-8")) if command.is_file() else None
     return found.group(1) if found else None
 
@@ -274,7 +282,8 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
     reach the baseline's final in-training accuracy, its FLOPs, its mean process-reward weight α (and
     reliability r with `tango.alpha: auto`), its gain over the start's `test` pass@1 (`start`, where
-    known); then the plan's criteria per arm."""
+    known; a run from another committed start, a judge's warm-up, against that one's); then the plan's
+    criteria per arm."""
     base = arms.get(BASELINE)
     target = mean_curve(base)[1][-1] if base and all(r.steps for r in base.values()) else None
     long = mean_curve(arms[LONG]) if LONG in arms and all(r.steps for r in arms[LONG].values()) else None
@@ -308,7 +317,8 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         trusts = [r.trust for r in runs.values() if r.trust is not None]
         alpha = "–" if not alphas else f"{sum(alphas) / len(alphas):.4f}" + (
             f" ({sum(trusts) / len(trusts):.3f})" if trusts else "")
-        over = paired_difference({s: start for s in test}, test, POINTS).text() if start is not None and test else "–"
+        own = {s: runs[s].start if runs[s].start is not None else start for s in test}  # e.g. a judge's warm-up
+        over = paired_difference(own, test, POINTS).text() if test and None not in own.values() else "–"
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
                      f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
                      f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | "
@@ -371,9 +381,10 @@ def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
     plt.close(fig)
 
 
-def build_start(study_dir: str | Path) -> float | None:
-    """The study's start's `test` pass@1 (`starts/sft/eval.json`), or None."""
-    start_eval = Path(study_dir) / "starts" / "sft" / "eval.json"
+def build_start(study_dir: str | Path, start: str = "sft") -> float | None:
+    """The `test` pass@1 of the generator of the study's start `starts/<start>/eval.json` (by default the
+    SFT start the arms share), or None."""
+    start_eval = Path(study_dir) / "starts" / start / "eval.json"
     if not start_eval.is_file():
         return None
     return json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
