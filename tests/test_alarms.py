@@ -43,6 +43,12 @@ def test_a_verifier_at_chance_and_a_drifting_judge():
     assert alarms_due(history, AlarmConfig(window=2, enabled=False)) == {}
 
 
+def test_a_verifier_that_writes_no_verdict():
+    """Format rates 0.5, 0.1, 0.05: the last two average 0.075 < 0.1; 0.5 and 0.1 average 0.3, no alarm."""
+    assert _fire([{"ver/format": f} for f in (0.5, 0.1, 0.05)]) == {2: ["verifier_silent"]}
+    assert _fire([{"ver/format": f} for f in (0.5, 0.1, 0.3)]) == {}
+
+
 def test_log_step_writes_the_alarm_once_prints_it_and_a_resume_does_not_raise_it_again(tmp_path, capsys):
     from cotrain.runs.rundir import MetricsLogger, Progress
     from cotrain.runs.session import Session, _alarm_history, log_step

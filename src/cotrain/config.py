@@ -549,6 +549,9 @@ class AlarmConfig(_Section):
         "entropy_collapse, length_collapse: the metric's recent mean under this share of its start's."))
     chance_band: float = Field(0.05, ge=0, le=0.5, description="verifier_at_chance: balanced accuracy within 0.5 ± this.")
     drift: float = Field(0.2, ge=0, le=1, description="judge_drift: the judge's agreement with the truth down by more.")
+    silent: float = Field(0.1, ge=0, le=1, description=(
+        "verifier_silent: the verifier's format rate (`ver/format`: the share of its verifications ending in a "
+        "verdict) under this: it gives no process reward, and RL has no verdict to reinforce."))
 
 
 class RolloutConfig(_Section):

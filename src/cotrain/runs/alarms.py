@@ -14,6 +14,7 @@ Rules, over the last `alarms.window` values of a metric (W; a rule waits for W v
   verifier_at_chance  |mean balanced accuracy − 0.5| < alarms.chance_band (`gt/ver_balanced_acc` where
                       logged, else `ver/balanced_acc`)
   judge_drift         mean `gt/judge_agree` < its mean over the first W values − alarms.drift
+  verifier_silent     mean `ver/format` < alarms.silent (its verifications end in no verdict)
 
 `replay_alarms` runs a finished run's rows through the same rules (a run older than the alarms gets
 them too) and `alarm_table` tabulates them over the studies under `results/` (`cotrain study results
@@ -24,7 +25,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-KEYS = ("cotrain/hack_gap", "gen/entropy", "gen/len_mean", "gt/ver_balanced_acc", "ver/balanced_acc", "gt/judge_agree")
+KEYS = ("cotrain/hack_gap", "gen/entropy", "gen/len_mean", "gt/ver_balanced_acc", "ver/balanced_acc", "gt/judge_agree",
+        "ver/format")
 GROUND_TRUTH = {"reward_hacking", "judge_drift"}  # and verifier_at_chance where it reads gt/
 
 
@@ -41,7 +43,7 @@ def alarms_due(history: list[dict], settings, label_free: bool = False) -> dict[
 
     Args:
         history: the logged rows, oldest first; a row holding `alarm/<name>` means that alarm has fired.
-        settings: the `alarms` config section (window, hack_gap, collapse, chance_band, drift).
+        settings: the `alarms` config section (window, hack_gap, collapse, chance_band, drift, silent).
         label_free: the recipe trains without labels: ground-truth alarms say they are for display.
     """
     if not settings.enabled or not history:
@@ -68,6 +70,10 @@ def alarms_due(history: list[dict], settings, label_free: bool = False) -> dict[
     if len(agree) >= 2 * w and _mean(agree[-w:]) < _mean(agree[:w]) - settings.drift:
         due["judge_drift"] = (f"judge drifting: agreement with the truth {_mean(agree[-w:]):.3f}, down from "
                               f"{_mean(agree[:w]):.3f}", True)
+    fmt = _values(history, "ver/format")
+    if len(fmt) >= w and _mean(fmt[-w:]) < settings.silent:
+        due["verifier_silent"] = (f"verifier silent: {_mean(fmt[-w:]):.0%} of its verifications end in a verdict "
+                                  f"over the last {w} logged steps; it gives no process reward", False)
     note = " (ground truth: shown, never trained on)"
     return {name: message + (note if label_free and truth else "")
             for name, (message, truth) in due.items() if name not in fired}
