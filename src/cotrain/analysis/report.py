@@ -28,9 +28,8 @@ from pathlib import Path
 import yaml
 
 from cotrain.analysis.plot import load_metrics, plot_runs
-from cotrain.analysis.study import VERDICT, add_shared_warmups, best_of_n, bon_table, build_start, load_study, plot_bon
-from cotrain.analysis.study import plot_study
-from cotrain.analysis.study import study_criteria, study_table
+from cotrain.analysis.study import VERDICT, add_shared_warmups, best_of_n_by_arm, bon_table, build_start, load_study
+from cotrain.analysis.study import plot_bon, plot_study, study_criteria, study_table
 from cotrain.errors import UserError
 
 STYLE = """
@@ -205,9 +204,9 @@ def _study_section(study_dir: Path, slug: str, scratch: Path) -> str:
     plot_study(arms, png, title=study_dir.name)
     parts.append(_figure(f"chart-{slug}-study", png, "greedy pass@1 in training: mean over seeds with its 95% CI, "
                                                        "against generator steps and against FLOPs"))
-    picks = {arm: p for arm, p in ((arm, best_of_n(runs)) for arm, runs in arms.items()) if p}
+    picks = best_of_n_by_arm(arms)
     if picks:
-        parts += ["<h3>Best of N</h3>", _markdown(bon_table(picks).split("\n\n", 1)[1])]
+        parts += ["<h3>Best of N</h3>", _markdown(bon_table(picks))]
         plot_bon(picks, scratch / "bon.png", title=study_dir.name)
         parts.append(_figure(f"chart-{slug}-bon", scratch / "bon.png", "best-of-N accuracy against N: each "
                              "selector's pick among N of 64 samples, mean over seeds with its 95% CI"))

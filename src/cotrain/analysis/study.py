@@ -397,10 +397,10 @@ def build_study(study_dir: str | Path) -> str:
     arms = load_study(study_dir)
     add_shared_warmups(arms, study_dir)
     text = study_table(arms, build_start(study_dir))
-    picks = {arm: best_of_n(runs) for arm, runs in arms.items()}
-    picks = {arm: p for arm, p in picks.items() if p}
+    picks = best_of_n_by_arm(arms)
     if picks:
-        text += "\n\n" + bon_table(picks)
+        text += "\n\nBest of N samples against N (`test`, the final generator; mean ± 95% CI over seeds):\n\n"
+        text += bon_table(picks)
         plot_bon(picks, study_dir / "bon.png", title=study_dir.name)
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
@@ -424,14 +424,25 @@ def best_of_n(runs: dict[int, Run]) -> dict[str, dict[int, list[float]]]:
     return out
 
 
+def best_of_n_by_arm(arms: dict[str, dict[int, Run]]) -> dict[str, dict[str, dict[int, list[float]]]]:
+    """`best_of_n` of each arm that measured it."""
+    picks = {arm: best_of_n(runs) for arm, runs in arms.items()}
+    return {arm: p for arm, p in picks.items() if p}
+
+
+def _selectors(p: dict[str, dict[int, list[float]]]) -> list[str]:
+    """The selectors in display order: oracle, random, majority, V-STaR's verifier, then named verifiers."""
+    return sorted(p, key=lambda k: (list(BON_NAMES).index(k) if k in BON_NAMES else len(BON_NAMES), k))
+
+
 def bon_table(picks: dict[str, dict[str, dict[int, list[float]]]]) -> str:
-    """Best-of-N against N, a row per arm and selector, mean ± 95% CI over seeds (`best_of_n`)."""
+    """Best-of-N against N as a markdown table, a row per arm and selector, mean ± 95% CI over seeds
+    (`best_of_n_by_arm`)."""
     ns = sorted({n for p in picks.values() for sel in p.values() for n in sel})
-    lines = ["Best of N samples against N (`test`, the final generator; mean ± 95% CI over seeds):", "",
-             "| arm | selector | seeds | " + " | ".join(f"N = {n}" for n in ns) + " |",
+    lines = ["| arm | selector | seeds | " + " | ".join(f"N = {n}" for n in ns) + " |",
              "|---|---|---|" + "---|" * len(ns)]
     for arm, p in picks.items():
-        for sel in sorted(p, key=lambda k: (list(BON_NAMES).index(k) if k in BON_NAMES else len(BON_NAMES), k)):
+        for sel in _selectors(p):
             seeds = max(len(v) for v in p[sel].values())
             cells = [_cell(p[sel][n]) if n in p[sel] else "–" for n in ns]
             lines.append(f"| {arm} | {BON_NAMES.get(sel, sel + ' verifier')} | {seeds} | " + " | ".join(cells) + " |")
@@ -447,7 +458,7 @@ def plot_bon(picks: dict[str, dict[str, dict[int, list[float]]]], path: str | Pa
 
     fig, axes = plt.subplots(1, len(picks), figsize=(5.5 * len(picks), 4), squeeze=False)
     for ax, (arm, p) in zip(axes[0], picks.items()):
-        for sel in sorted(p, key=lambda k: (list(BON_NAMES).index(k) if k in BON_NAMES else len(BON_NAMES), k)):
+        for sel in _selectors(p):
             ns = sorted(p[sel])
             stats = [mean_ci95(p[sel][n]) for n in ns]
             ax.errorbar(ns, [m for m, _ in stats], yerr=[0 if math.isnan(h) else h for _, h in stats],
