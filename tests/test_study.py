@@ -10,10 +10,12 @@ from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 
 
-def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None, config="recipe: grpo\n"):
+def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None, config="recipe: grpo\n",
+              sampled_per_step=None):
     """A finished run directory: eval.json, a metrics.jsonl whose rows at steps 0, 10, 20 hold the
     in-training accuracy `curve`, cumulative FLOPs (warm-up, then flops_per_step a step) and, given
-    `alpha` (a function of the step), gen/alpha at every step."""
+    `alpha` (a function of the step), gen/alpha at every step; given `sampled_per_step`, the cumulative
+    tokens the generator sampled."""
     d.mkdir(parents=True)
     (d / "config.yaml").write_text(config)
     (d / "env.json").write_text(json.dumps({"cpu": "AMD EPYC", "cpu_capability": "AVX512"}))
@@ -23,6 +25,8 @@ def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None, c
         row = {"step": step, "flops/total": warmup + step * flops_per_step}
         if alpha is not None:
             row["gen/alpha"] = alpha(step)
+        if sampled_per_step is not None:
+            row["tokens/gen_generated_total"] = step * sampled_per_step
         if step % 10 == 0:
             row["eval/test/pass@1"] = curve[step // 10]
         rows.append(row)
@@ -337,3 +341,22 @@ def test_best_of_n_table_and_figure_of_a_vstar_arm(tmp_path):
     assert bon.index("random pick") < bon.index("V-STaR verifier") < bon.index("tango verifier")
     assert "| grpo | " not in bon
     assert (study / "bon.png").stat().st_size > 1000
+
+
+def test_equal_samples_reads_grpo_where_it_had_sampled_as_many_tokens(tmp_path):
+    """GRPO samples 1,000 tokens a step: 0, 10k, 20k tokens at its evaluations (steps 0, 10, 20) with
+    accuracy 0.1, 0.2, 0.3. An arm that sampled 500 a step (10k by its end) is read against GRPO's 0.2;
+    one that sampled 1,500 a step (30k) lies past GRPO's end; one that logged no count shows "–". Each arm's
+    own last in-training accuracy (0.4) stands beside GRPO's."""
+    from cotrain.analysis.study import at_equal_samples
+
+    _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3], sampled_per_step=1000)
+    _fake_run(tmp_path / "spin" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.4], sampled_per_step=500)
+    _fake_run(tmp_path / "prime" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3], sampled_per_step=1500)
+    _fake_run(tmp_path / "old" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3])
+    arms = load_study(tmp_path)
+    assert at_equal_samples(arms, "spin") == "0.01M (grpo 0.200, this arm 0.400)"
+    assert at_equal_samples(arms, "prime") == "0.03M (grpo: past its end)"
+    assert at_equal_samples(arms, "grpo") == "0.02M"
+    assert at_equal_samples(arms, "old") == "–"
+    assert "0.01M (grpo 0.200, this arm 0.400)" in build_study(tmp_path)

@@ -25,6 +25,7 @@ from cotrain.registry import RECIPES
 from cotrain.stats import POINTS, Criterion, auto_criteria, mean_ci95, paired_difference, plan_criteria
 
 BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
+SAMPLED = "tokens/gen_generated_total"  # the tokens the generator sampled: "samples drawn", in tokens
 SINGLE_MODEL = ("grpo", "sft")  # recipes that train one model on labels alone: controls, not co-training
 AUTO, SCHEDULE = "tango_auto", "tango"  # `tango.alpha: auto` and the paper's schedule, read by auto_criteria
 
@@ -37,6 +38,7 @@ class Run:
     steps: list[int] = field(default_factory=list)   # steps of the in-training evaluations
     acc: list[float] = field(default_factory=list)   # greedy pass@1 there (eval.n_during problems)
     flops: list[float] = field(default_factory=list)  # cumulative FLOPs there, warm-up included
+    sampled: list[float] = field(default_factory=list)  # cumulative tokens the generator sampled there
     warmup_flops: float = 0.0                          # FLOPs spent before the first generator step
     alpha: float | None = None                         # mean process-reward weight over the steps (tango)
     trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
@@ -52,9 +54,10 @@ class Run:
 
 def load_run(run_dir: Path) -> Run:
     run = Run(json.loads((run_dir / "eval.json").read_text(encoding="utf-8")))
-    flops, alphas, trusts = 0.0, [], []
+    flops, sampled, alphas, trusts = 0.0, 0.0, [], []
     for row in load_metrics(run_dir):
         flops = row.get("flops/total", flops)
+        sampled = row.get(SAMPLED, sampled)
         alphas += [row["gen/alpha"]] if "gen/alpha" in row else []
         trusts += [row["gen/alpha_trust"]] if "gen/alpha_trust" in row else []
         if row.get("step") == 0:
@@ -63,6 +66,8 @@ def load_run(run_dir: Path) -> Run:
             run.steps.append(int(row["step"]))
             run.acc.append(float(row[CURVE]))
             run.flops.append(float(flops))
+            run.sampled.append(float(sampled))
+    run.sampled = run.sampled if any(run.sampled) else []  # a run that never logged the count
     run.alpha = sum(alphas) / len(alphas) if alphas else None
     run.trust = sum(trusts) / len(trusts) if trusts else None
     config = run_dir / "config.yaml"
@@ -181,6 +186,27 @@ def at_flops(flops: list[float], acc: list[float], budget: float) -> float | Non
         return None
     within = [a for f, a in zip(flops, acc) if f <= budget]
     return within[-1] if within else None
+
+
+def at_equal_samples(arms: dict[str, dict[int, Run]], arm: str) -> str:
+    """The tokens the arm's generator sampled over training (mean over seeds), GRPO's in-training accuracy
+    once it had sampled as many (its mean curve, from `grpo_long` where the study has it, else from `grpo`)
+    and the arm's own last in-training accuracy, both on the same `eval.n_during` problems: e.g. "0.61M
+    (grpo 0.467, this arm 0.412)"; "past its end" where GRPO's curve stops short of that count."""
+    runs = arms[arm]
+    if not all(r.sampled for r in runs.values()):
+        return "–"
+    drawn = sum(r.sampled[-1] for r in runs.values()) / len(runs)
+    ref = next((arms[a] for a in (LONG, BASELINE) if a in arms and a != arm
+                and all(r.sampled and r.steps for r in arms[a].values())), None)
+    if ref is None or arm in (BASELINE, LONG):
+        return f"{drawn / 1e6:.2f}M"
+    common = sorted(set.intersection(*(set(r.steps) for r in ref.values())))
+    acc = [sum(r.acc[r.steps.index(s)] for r in ref.values()) / len(ref) for s in common]
+    tokens = [sum(r.sampled[r.steps.index(s)] for r in ref.values()) / len(ref) for s in common]
+    x = at_flops(tokens, acc, drawn)
+    own = f", this arm {mean_curve(runs)[1][-1]:.3f}" if all(r.steps for r in runs.values()) else ""
+    return f"{drawn / 1e6:.2f}M (grpo {x:.3f}{own})" if x is not None else f"{drawn / 1e6:.2f}M (grpo: past its end)"
 
 
 def _cell(values: list[float]) -> str:
@@ -326,12 +352,13 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
     lines += ["", "| arm | recipe | labels its training reads | its checker at the end (test) | "
-              "FLOPs by role (tokens through it) |", "|---|---|---|---|---|"]
+              "FLOPs by role (tokens through it) | generator tokens sampled (grpo's accuracy at as many) |",
+              "|---|---|---|---|---|---|"]
     for arm, runs in arms.items():
         recipes = sorted({r.recipe for r in runs.values()})
         labels = sorted({RECIPES[r].labels for r in recipes if r in RECIPES}) or ["?"]
         lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} | {checker_quality(runs)} | "
-                     f"{role_compute(runs)} |")
+                     f"{role_compute(runs)} | {at_equal_samples(arms, arm)} |")
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
     return "\n".join(lines + ([""] + criteria if criteria else []))
