@@ -33,7 +33,8 @@ def test_the_page_holds_the_run_and_the_study(page):
     text = html_path.read_text(encoding="utf-8")
     assert kind_of(run_dir) == "run" and kind_of(STUDY) == "study"
     for ident in ("chart-0-run-curves", "chart-0-run-cotrain", "criteria-1-sparse_zen4", "chart-1-sparse_zen4-study",
-                  "chart-1-sparse_zen4-bon"):  # its vstar arm measured best-of-N
+                  "chart-1-sparse_zen4-bon",     # its vstar arm measured best-of-N
+                  "chart-1-sparse_zen4-judge"):  # its self_rewarding arm logged its judge against the truth
         assert f'id="{ident}"' in text
     assert "http://" not in text and "https://" not in text  # self-contained: nothing to fetch
     assert "tango_auto" in text and "auto safe" in text       # the study's arms and criteria

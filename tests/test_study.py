@@ -11,11 +11,11 @@ from cotrain.runs.archive import archive_run
 
 
 def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None, config="recipe: grpo\n",
-              sampled_per_step=None):
+              sampled_per_step=None, agree=None):
     """A finished run directory: eval.json, a metrics.jsonl whose rows at steps 0, 10, 20 hold the
     in-training accuracy `curve`, cumulative FLOPs (warm-up, then flops_per_step a step) and, given
     `alpha` (a function of the step), gen/alpha at every step; given `sampled_per_step`, the cumulative
-    tokens the generator sampled."""
+    tokens the generator sampled; given `agree` (a function of the step), gt/judge_agree at every step."""
     d.mkdir(parents=True)
     (d / "config.yaml").write_text(config)
     (d / "env.json").write_text(json.dumps({"cpu": "AMD EPYC", "cpu_capability": "AVX512"}))
@@ -27,6 +27,8 @@ def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None, c
             row["gen/alpha"] = alpha(step)
         if sampled_per_step is not None:
             row["tokens/gen_generated_total"] = step * sampled_per_step
+        if agree is not None:
+            row["gt/judge_agree"] = agree(step)
         if step % 10 == 0:
             row["eval/test/pass@1"] = curve[step // 10]
         rows.append(row)
@@ -360,3 +362,24 @@ def test_equal_samples_reads_grpo_where_it_had_sampled_as_many_tokens(tmp_path):
     assert at_equal_samples(arms, "grpo") == "0.02M"
     assert at_equal_samples(arms, "old") == "–"
     assert "0.01M (grpo 0.200, this arm 0.400)" in build_study(tmp_path)
+
+
+def test_judge_agreement_windows_and_its_paired_change(tmp_path):
+    """Seed 0's judge agrees 0.5 over steps 1-10 and 0.7 over 11-20, seed 1's 0.6 throughout: windows
+    [0.5, 0.6] (mean 0.55) and [0.7, 0.6] (0.65); the change per seed +20 and 0 points, mean +10, 95% CI
+    ± t(0.975, 1) × sd / √2 = 12.706 × 14.142 / 1.414 = ±127.1. An arm that logs no agreement gets no row,
+    and the study writes judge.png beside its table."""
+    from cotrain.analysis.study import judge_agreement, judge_table
+
+    _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3])
+    _fake_run(tmp_path / "self_rewarding" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3], agree=lambda s: 0.5 if s <= 10 else 0.7)
+    _fake_run(tmp_path / "self_rewarding" / "seed1", 0.5, 0.1, [0.1, 0.2, 0.3], agree=lambda s: 0.6)
+    arms = load_study(tmp_path)
+    windows = judge_agreement(arms["self_rewarding"])
+    assert [w[0] for w in windows] == [10, 20]
+    assert windows[0][1] == pytest.approx([0.5, 0.6]) and windows[1][1] == pytest.approx([0.7, 0.6])
+    table = judge_table({"self_rewarding": arms["self_rewarding"]})
+    assert "| self_rewarding | 0,1 | 0.550 ± 0.635 | 0.650 ± 0.635 | +10.0 [-117.1, +137.1] (n=2) |" in table
+    text = build_study(tmp_path)
+    assert "| grpo | 0 |" not in text.split("agreement with the truth")[1]
+    assert (tmp_path / "judge.png").stat().st_size > 1000

@@ -29,7 +29,7 @@ import yaml
 
 from cotrain.analysis.plot import load_metrics, plot_runs
 from cotrain.analysis.study import VERDICT, add_shared_warmups, best_of_n_by_arm, bon_table, build_start, load_study
-from cotrain.analysis.study import plot_bon, plot_study, study_criteria, study_table
+from cotrain.analysis.study import judge_table, plot_bon, plot_judge, plot_study, study_criteria, study_table
 from cotrain.errors import UserError
 
 STYLE = """
@@ -210,6 +210,12 @@ def _study_section(study_dir: Path, slug: str, scratch: Path) -> str:
         plot_bon(picks, scratch / "bon.png", title=study_dir.name)
         parts.append(_figure(f"chart-{slug}-bon", scratch / "bon.png", "best-of-N accuracy against N: each "
                              "selector's pick among N of 64 samples, mean over seeds with its 95% CI"))
+    judged = {arm: runs for arm, runs in arms.items() if all(r.agree for r in runs.values())}
+    if judged:
+        parts += ["<h3>The judge against the truth</h3>", _markdown(judge_table(judged))]
+        plot_judge(judged, scratch / "judge.png", title=study_dir.name)
+        parts.append(_figure(f"chart-{slug}-judge", scratch / "judge.png", "the judge's agreement with the "
+                             "truth over training (read for display only): 10-step windows, mean over seeds, 95% CI"))
     cpus = sorted({r.cpu for runs in arms.values() for r in runs.values()})
     parts.append(f"<p>machines: {_e(', '.join(cpus))}; {sum(len(r) for r in arms.values())} runs in "
                  f"{len(arms)} arms</p>")

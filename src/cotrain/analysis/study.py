@@ -25,6 +25,7 @@ from cotrain.registry import RECIPES
 from cotrain.stats import POINTS, Criterion, auto_criteria, mean_ci95, paired_difference, plan_criteria
 
 BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
+JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
 SAMPLED = "tokens/gen_generated_total"  # the tokens the generator sampled: "samples drawn", in tokens
 SINGLE_MODEL = ("grpo", "sft")  # recipes that train one model on labels alone: controls, not co-training
 AUTO, SCHEDULE = "tango_auto", "tango"  # `tango.alpha: auto` and the paper's schedule, read by auto_criteria
@@ -39,6 +40,7 @@ class Run:
     acc: list[float] = field(default_factory=list)   # greedy pass@1 there (eval.n_during problems)
     flops: list[float] = field(default_factory=list)  # cumulative FLOPs there, warm-up included
     sampled: list[float] = field(default_factory=list)  # cumulative tokens the generator sampled there
+    agree: dict[int, float] = field(default_factory=dict)  # step -> its judge's agreement with the truth
     warmup_flops: float = 0.0                          # FLOPs spent before the first generator step
     alpha: float | None = None                         # mean process-reward weight over the steps (tango)
     trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
@@ -58,6 +60,8 @@ def load_run(run_dir: Path) -> Run:
     for row in load_metrics(run_dir):
         flops = row.get("flops/total", flops)
         sampled = row.get(SAMPLED, sampled)
+        if isinstance(row.get(JUDGE), (int, float)) and "step" in row:
+            run.agree[int(row["step"])] = float(row[JUDGE])
         alphas += [row["gen/alpha"]] if "gen/alpha" in row else []
         trusts += [row["gen/alpha_trust"]] if "gen/alpha_trust" in row else []
         if row.get("step") == 0:
@@ -429,9 +433,75 @@ def build_study(study_dir: str | Path) -> str:
         text += "\n\nBest of N samples against N (`test`, the final generator; mean ± 95% CI over seeds):\n\n"
         text += bon_table(picks)
         plot_bon(picks, study_dir / "bon.png", title=study_dir.name)
+    judged = {arm: runs for arm, runs in arms.items() if all(r.agree for r in runs.values())}
+    if judged:
+        text += ("\n\nThe judge's agreement with the truth over training (its verdicts on the generator's samples, "
+                 "each seed's mean over a window of steps; mean ± 95% CI over seeds):\n\n" + judge_table(judged))
+        plot_judge(judged, study_dir / "judge.png", title=study_dir.name)
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     return text
+
+
+def judge_agreement(runs: dict[int, Run], window: int = 10) -> list[tuple[int, list[float]]]:
+    """The judge's agreement with the truth in windows of `window` steps (steps 1-10, 11-20, ...), as
+    (the window's last step, each seed's mean over the steps it logged there, in seed order); windows
+    some seed logged nothing in are left out."""
+    out = []
+    last = max(max(r.agree) for r in runs.values())
+    for end in range(window, last + window, window):
+        means = []
+        for _, r in sorted(runs.items()):
+            vals = [v for s, v in r.agree.items() if end - window < s <= end]
+            means.append(sum(vals) / len(vals) if vals else None)
+        if None not in means:
+            out.append((end, means))
+    return out
+
+
+def judge_table(arms: dict[str, dict[int, Run]]) -> str:
+    """Per arm: the judge's agreement in its first and last window (`judge_agreement`) and the change
+    between them, paired by seed, in points."""
+    lines = ["| arm | seeds | first 10 steps | last 10 steps | change (points) |", "|---|---|---|---|---|"]
+    for arm, runs in arms.items():
+        windows = judge_agreement(runs)
+        if not windows:
+            continue
+        first, last = windows[0][1], windows[-1][1]
+        seeds = sorted(runs)
+        change = paired_difference(dict(zip(seeds, first)), dict(zip(seeds, last)), POINTS).text()
+        lines.append(f"| {arm} | {','.join(map(str, seeds))} | {_cell(first)} | {_cell(last)} | {change} |")
+    return "\n".join(lines)
+
+
+def plot_judge(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "") -> None:
+    """The judge's agreement with the truth against steps, an arm a line (mean over seeds of 10-step
+    windows) with its 95% CI shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for arm, runs in arms.items():
+        windows = judge_agreement(runs)
+        if not windows:
+            continue
+        steps = [w[0] for w in windows]
+        stats = [mean_ci95(w[1]) for w in windows]
+        m = [x for x, _ in stats]
+        h = [0.0 if math.isnan(y) else y for _, y in stats]
+        ax.plot(steps, m, marker=".", label=arm)
+        ax.fill_between(steps, [a - b for a, b in zip(m, h)], [a + b for a, b in zip(m, h)], alpha=0.2)
+    ax.set_xlabel("generator step")
+    ax.set_ylabel("judge verdict = truth")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 BON_NAMES = {"oracle": "oracle (pass@N)", "random": "random pick", "majority": "majority vote",
