@@ -247,6 +247,7 @@ def test_recipe_step_on_smollm2(smollm2_dir, recipe, tmp_path):
 
 CPU_CONFIGS = [Path(__file__).resolve().parents[1] / "configs" / "real" / f"smollm2_cpu_{r}.yaml" for r in ("grpo", "tango")]
 SFT_CONFIG = CPU_CONFIGS[0].with_name("smollm2_cpu_sft.yaml")  # experiment 3.2's SFT-then-RL arm
+PRIME_CONFIG = CPU_CONFIGS[0].with_name("smollm2_cpu_prime.yaml")  # PRIME beside GRPO on the real model
 
 
 def test_cpu_configs_compare_at_equal_generator_settings():
@@ -254,7 +255,7 @@ def test_cpu_configs_compare_at_equal_generator_settings():
     route is the same file with a hub id and bf16 weights' autocast."""
     from cotrain.config import load_config
 
-    assert sorted(CPU_CONFIGS[0].parent.glob("smollm2_cpu_*.yaml")) == sorted([*CPU_CONFIGS, SFT_CONFIG])
+    assert sorted(CPU_CONFIGS[0].parent.glob("smollm2_cpu_*.yaml")) == sorted([*CPU_CONFIGS, SFT_CONFIG, PRIME_CONFIG])
     sft, rl = load_config(SFT_CONFIG), load_config(CPU_CONFIGS[0])  # the SFT arm: the model, task, evaluation of its RL
     assert sft.recipe == "sft" and (sft.model, sft.task) == (rl.model, rl.task)
     assert sft.eval.model_copy(update={"every": rl.eval.every}) == rl.eval
@@ -263,11 +264,14 @@ def test_cpu_configs_compare_at_equal_generator_settings():
     shared = [(c.model, c.task, c.train, c.grpo, c.eval, c.seed) for c in cfgs]
     assert shared[0] == shared[1]
     assert cfgs[0].model.path == "smollm2" and cfgs[0].task.name == "wordproblems"
+    prime = load_config(PRIME_CONFIG)  # PRIME keeps as many samples a step as GRPO trains on, in groups of 4
+    assert prime.recipe == "prime" and (prime.model, prime.task, prime.eval, prime.seed) == shared[0][:2] + shared[0][4:]
+    assert prime.train == rl.train and prime.grpo.group_size == 4 and prime.prime.oversample == 2.0
     gpu = load_config(CPU_CONFIGS[0], ["model.path=HuggingFaceTB/SmolLM2-135M-Instruct", "train.bf16=true"])
     assert gpu.model.path == "HuggingFaceTB/SmolLM2-135M-Instruct" and gpu.train.bf16 is True
 
 
-@pytest.mark.parametrize("path", CPU_CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [*CPU_CONFIGS, PRIME_CONFIG], ids=lambda p: p.stem)
 def test_check_starts_cpu_config_on_the_real_model(smollm2_dir, path, capsys):
     """`cotrain check` builds every model of the config from the real SmolLM2 and grades a first rollout."""
     code = main(["check", str(path), "--prompts", "1", "--max-new-tokens", "16"])
