@@ -283,10 +283,11 @@ def test_committed_warm_ups_count_in_the_runs_that_start_from_them(tmp_path):
     """A study keeping two warm-ups, the verifier's (starts/warm, 5e9 FLOPs) and a self-rewarding judge's
     (starts/judge, 7e9): tango (verifier.init names the first) gains 5e9 at every point of its FLOPs curve,
     self_rewarding (init names the second, or the final model of the run its COMMAND made) 7e9, grpo (init
-    the SFT start) nothing."""
+    the SFT start) nothing. A third, a larger verifier's warm-up (starts/warm_small, 3e9), counts in the arm
+    whose verifier.init names it; a start of another name (starts/other) counts nowhere."""
     from cotrain.analysis.study import add_shared_warmups
 
-    for name, flops in (("warm", 5e9), ("judge", 7e9)):
+    for name, flops in (("warm", 5e9), ("judge", 7e9), ("warm_small", 3e9), ("other", 1e9)):
         (tmp_path / "starts" / name).mkdir(parents=True)
         (tmp_path / "starts" / name / "metrics.jsonl").write_text(json.dumps({"step": 1, "flops/total": flops}) + "\n")
     _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3],
@@ -301,8 +302,11 @@ def test_committed_warm_ups_count_in_the_runs_that_start_from_them(tmp_path):
               config="recipe: self_rewarding\ninit: runs/judge/final/generator\n")
     _fake_run(tmp_path / "self_rewarding" / "seed2", 0.5, 0.1, [0.1, 0.2, 0.3],  # another model of that run: no
               config="recipe: self_rewarding\ninit: runs/judge/checkpoints/step_5/generator\n")
+    _fake_run(tmp_path / "ver_small" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3], config=(
+        "recipe: tango\ninit: results/s/starts/sft/generator\nverifier: {init: results/s/starts/warm_small/verifier}\n"))
     arms = load_study(tmp_path)
     add_shared_warmups(arms, tmp_path)
+    assert arms["ver_small"][0].warmup_flops == 3e9 and arms["grpo"][0].warmup_flops == 0.0
     assert arms["self_rewarding"][1].warmup_flops == 7e9 and arms["self_rewarding"][2].warmup_flops == 0.0
     # the judge's generator is where those runs start: their gain is read against its 0.3, the rest's
     # against the SFT start's 0.2 (final 0.5 each: +20 and +30 points)
@@ -362,6 +366,20 @@ def test_equal_samples_reads_grpo_where_it_had_sampled_as_many_tokens(tmp_path):
     assert at_equal_samples(arms, "grpo") == "0.02M"
     assert at_equal_samples(arms, "old") == "–"
     assert "0.01M (grpo 0.200, this arm 0.400)" in build_study(tmp_path)
+
+
+def test_step_seconds_is_the_mean_over_seeds_of_each_runs_median(tmp_path):
+    """Seed 0's steps take 1, 2, 9 s (median 2), seed 1's 3, 4, 5 (median 4): 3.0 s a step; none logged: "–"."""
+    from cotrain.analysis.study import step_seconds
+
+    for s, times in enumerate([(1, 9, 2), (3, 4, 5)]):
+        d = tmp_path / "tango" / f"seed{s}"
+        _fake_run(d, 0.5, 0.1, [0.1, 0.2, 0.3])
+        with open(d / "metrics.jsonl", "a") as f:
+            f.writelines(json.dumps({"step": 21 + i, "time/step": t}) + "\n" for i, t in enumerate(times))
+    _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3])
+    arms = load_study(tmp_path)
+    assert step_seconds(arms["tango"]) == "3.0" and step_seconds(arms["grpo"]) == "–"
 
 
 def test_judge_agreement_windows_and_its_paired_change(tmp_path):

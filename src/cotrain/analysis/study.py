@@ -41,6 +41,7 @@ class Run:
     flops: list[float] = field(default_factory=list)  # cumulative FLOPs there, warm-up included
     sampled: list[float] = field(default_factory=list)  # cumulative tokens the generator sampled there
     agree: dict[int, float] = field(default_factory=dict)  # step -> its judge's agreement with the truth
+    step_times: list[float] = field(default_factory=list)  # wall seconds of each training step (time/step)
     warmup_flops: float = 0.0                          # FLOPs spent before the first generator step
     alpha: float | None = None                         # mean process-reward weight over the steps (tango)
     trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
@@ -60,6 +61,8 @@ def load_run(run_dir: Path) -> Run:
     for row in load_metrics(run_dir):
         flops = row.get("flops/total", flops)
         sampled = row.get(SAMPLED, sampled)
+        if isinstance(row.get("time/step"), (int, float)):
+            run.step_times.append(float(row["time/step"]))
         if isinstance(row.get(JUDGE), (int, float)) and "step" in row:
             run.agree[int(row["step"])] = float(row[JUDGE])
         alphas += [row["gen/alpha"]] if "gen/alpha" in row else []
@@ -108,11 +111,17 @@ def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
     return dict(sorted(arms.items(), key=lambda kv: (kv[0] != BASELINE, kv[0])))
 
 
-# committed warm-ups a study's runs may start from: start name -> (the model it leaves, the Run field naming it)
-WARMUPS = {  # start -> (its model, the Run field naming it, where the run that made it keeps the model)
+# committed warm-ups a study's runs may start from: a start named `warm` or `warm_<anything>` (a verifier's
+# warm-up: several verifier sizes or formats in one study) or `judge`
+WARMUPS = {  # kind -> (its model, the Run field naming it, where the run that made it keeps the model)
     "warm": ("verifier", "verifier_init", "warmup/verifier"),  # tango's verifier warm-up, read through verifier.init
     "judge": ("generator", "init", "final/generator"),          # self_rewarding's judge: the model is its own judge
 }
+
+
+def warmup_kind(start: str) -> str | None:
+    """The WARMUPS kind of a start directory's name: `warm`, `warm_small` -> "warm"; `judge`; else None."""
+    return "warm" if start == "warm" or start.startswith("warm_") else "judge" if start == "judge" else None
 
 
 def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: str | None = None,
@@ -123,7 +132,7 @@ def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: st
     (`made_in`, as a run started before the warm-up was committed does). Its warm-up, and every point of
     its FLOPs curve. Where the committed model is the run's generator (`judge`), the run's start becomes
     that model's `test` pass@1 (`start_accuracy`), read in place of the study's SFT start."""
-    model, attr, kept = WARMUPS[start]
+    model, attr, kept = WARMUPS[warmup_kind(start) or start]
     sources = [f"starts/{start}/{model}"] + ([f"{made_in.rstrip('/')}/{kept}"] if made_in else [])
     for runs in arms.values():
         for run in runs.values():
@@ -135,8 +144,11 @@ def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: st
 
 
 def add_shared_warmups(arms: dict[str, dict[int, Run]], study_dir: Path) -> None:
-    """`add_shared_warmup` for each committed warm-up the study keeps (starts/warm, starts/judge)."""
-    for start in WARMUPS:
+    """`add_shared_warmup` for each committed warm-up the study keeps (starts/warm, starts/warm_*,
+    starts/judge)."""
+    starts = Path(study_dir) / "starts"
+    names = sorted(p.name for p in starts.iterdir() if p.is_dir() and warmup_kind(p.name)) if starts.is_dir() else []
+    for start in names:
         flops = shared_warmup_flops(study_dir, start)
         if flops:
             add_shared_warmup(arms, flops, shared_warmup_origin(study_dir, start), start,
@@ -190,6 +202,14 @@ def at_flops(flops: list[float], acc: list[float], budget: float) -> float | Non
         return None
     within = [a for f, a in zip(flops, acc) if f <= budget]
     return within[-1] if within else None
+
+
+def step_seconds(runs: dict[int, Run]) -> str:
+    """Wall seconds per training step (`time/step`, every role's work in it; evaluations not), the mean
+    over seeds of each run's median, e.g. "4.2"; "–" where no run logged it. Comparable between arms
+    that ran on the same machine kind under the same load (the CPU column says which)."""
+    medians = [sorted(r.step_times)[len(r.step_times) // 2] for r in runs.values() if r.step_times]
+    return f"{sum(medians) / len(medians):.1f}" if medians else "–"
 
 
 def at_equal_samples(arms: dict[str, dict[int, Run]], arm: str) -> str:
@@ -356,13 +376,13 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
     lines += ["", "| arm | recipe | labels its training reads | its checker at the end (test) | "
-              "FLOPs by role (tokens through it) | generator tokens sampled (grpo's accuracy at as many) |",
-              "|---|---|---|---|---|---|"]
+              "FLOPs by role (tokens through it) | generator tokens sampled (grpo's accuracy at as many) | "
+              "seconds a step |", "|---|---|---|---|---|---|---|"]
     for arm, runs in arms.items():
         recipes = sorted({r.recipe for r in runs.values()})
         labels = sorted({RECIPES[r].labels for r in recipes if r in RECIPES}) or ["?"]
         lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} | {checker_quality(runs)} | "
-                     f"{role_compute(runs)} | {at_equal_samples(arms, arm)} |")
+                     f"{role_compute(runs)} | {at_equal_samples(arms, arm)} | {step_seconds(runs)} |")
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
     return "\n".join(lines + ([""] + criteria if criteria else []))
