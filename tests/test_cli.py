@@ -238,3 +238,19 @@ def test_smoke_config_runs_and_resumes(tmp_path):
     assert main(args) == 0
     assert main(args + ["--resume"]) == 0
     assert json.loads((tmp_path / "eval.json").read_text())["generator"].keys() == {"test", "ood"}
+
+
+SMOKE_CONFIGS = sorted((REPO / "configs").glob("*_smoke.yaml"))
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("path", SMOKE_CONFIGS, ids=lambda p: p.stem)
+def test_every_recipe_smoke_config_runs_to_eval_json_and_resumes(path, tmp_path):
+    """Each recipe's shipped smoke config, as shipped, runs to its eval.json; `--resume` of the finished
+    run leaves it as it was (make test-heavy: up to two minutes each on a 2-core CPU)."""
+    args = ["run", str(path), "--out", str(tmp_path / "run"), "log.progress=false"]
+    assert main(args) == 0
+    done = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert done["generator"]["test"]["n"] > 0
+    assert main(args + ["--resume"]) == 0
+    assert json.loads((tmp_path / "run" / "eval.json").read_text()) == done
