@@ -49,6 +49,20 @@ def test_a_verifier_that_writes_no_verdict():
     assert _fire([{"ver/format": f} for f in (0.5, 0.1, 0.3)]) == {}
 
 
+def test_accuracy_dropping_over_the_in_training_evaluations():
+    """Evaluations 0.38, 0.40, 0.33, 0.27, 0.21 (reliability without its safeguard, rounded), one every
+    other row: the first two average 0.39; the last two 0.30 at the fourth (not below 0.29), 0.24 at the
+    fifth (below: fires there). Rows without an evaluation count for nothing; 0.38, 0.40, 0.35, 0.36 never
+    fire; in a label-free run the message says it reads ground truth."""
+    rows = []
+    for acc in (0.38, 0.40, 0.33, 0.27, 0.21):
+        rows += [{"gen/loss": 1.0}, {"eval/test/pass@1": acc}]
+    assert _fire(rows) == {9: ["accuracy_drop"]}
+    assert _fire([{"eval/test/pass@1": a} for a in (0.38, 0.40, 0.35, 0.36)]) == {}
+    due = alarms_due([{"eval/test/pass@1": a} for a in (0.38, 0.40, 0.27, 0.21)], W2, label_free=True)
+    assert list(due) == ["accuracy_drop"] and due["accuracy_drop"].endswith("(ground truth: shown, never trained on)")
+
+
 def test_log_step_writes_the_alarm_once_prints_it_and_a_resume_does_not_raise_it_again(tmp_path, capsys):
     from cotrain.runs.rundir import MetricsLogger, Progress
     from cotrain.runs.session import Session, _alarm_history, log_step

@@ -552,6 +552,9 @@ class AlarmConfig(_Section):
     silent: float = Field(0.1, ge=0, le=1, description=(
         "verifier_silent: the verifier's format rate (`ver/format`: the share of its verifications ending in a "
         "verdict) under this: it gives no process reward, and RL has no verdict to reinforce."))
+    drop: float = Field(0.1, ge=0, le=1, description=(
+        "accuracy_drop: the mean of the last two in-training evaluations (`eval/test/pass@1`) falls below the "
+        "mean of the first two by more than this (ground truth: in a label-free run, for display)."))
 
 
 class RolloutConfig(_Section):

@@ -15,6 +15,8 @@ Rules, over the last `alarms.window` values of a metric (W; a rule waits for W v
                       logged, else `ver/balanced_acc`)
   judge_drift         mean `gt/judge_agree` < its mean over the first W values − alarms.drift
   verifier_silent     mean `ver/format` < alarms.silent (its verifications end in no verdict)
+  accuracy_drop       the mean of the last two in-training evaluations (`eval/test/pass@1`) < the mean of
+                      the first two − alarms.drop (the generator is getting worse)
 
 `replay_alarms` runs a finished run's rows through the same rules (a run older than the alarms gets
 them too) and `alarm_table` tabulates them over the studies under `results/` (`cotrain study results
@@ -26,8 +28,8 @@ import math
 from pathlib import Path
 
 KEYS = ("cotrain/hack_gap", "gen/entropy", "gen/len_mean", "gt/ver_balanced_acc", "ver/balanced_acc", "gt/judge_agree",
-        "ver/format")
-GROUND_TRUTH = {"reward_hacking", "judge_drift"}  # and verifier_at_chance where it reads gt/
+        "ver/format", "eval/test/pass@1")
+GROUND_TRUTH = {"reward_hacking", "judge_drift", "accuracy_drop"}  # and verifier_at_chance where it reads gt/
 
 
 def _values(history: list[dict], key: str) -> list[float]:
@@ -74,6 +76,10 @@ def alarms_due(history: list[dict], settings, label_free: bool = False) -> dict[
     if len(fmt) >= w and _mean(fmt[-w:]) < settings.silent:
         due["verifier_silent"] = (f"verifier silent: {_mean(fmt[-w:]):.0%} of its verifications end in a verdict "
                                   f"over the last {w} logged steps; it gives no process reward", False)
+    acc = _values(history, "eval/test/pass@1")
+    if len(acc) >= 4 and _mean(acc[-2:]) < _mean(acc[:2]) - settings.drop:
+        due["accuracy_drop"] = (f"accuracy dropping: in-training pass@1 {_mean(acc[-2:]):.3f} over the last two "
+                                f"evaluations, down from {_mean(acc[:2]):.3f}", True)
     note = " (ground truth: shown, never trained on)"
     return {name: message + (note if label_free and truth else "")
             for name, (message, truth) in due.items() if name not in fired}
