@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def add_shared_warmup(arms: dict[str, dict[int, Run]], flops: float, made_in: st
     (`made_in`, as a run started before the warm-up was committed does). Its warm-up, and every point of
     its FLOPs curve. Where the committed model is the run's generator (`judge`), the run's start becomes
     that model's `test` pass@1 (`start_accuracy`), read in place of the study's SFT start."""
-    model, attr, kept = WARMUPS[warmup_kind(start) or start]
+    model, attr, kept = WARMUPS[warmup_kind(start)]
     sources = [f"starts/{start}/{model}"] + ([f"{made_in.rstrip('/')}/{kept}"] if made_in else [])
     for runs in arms.values():
         for run in runs.values():
@@ -180,18 +181,27 @@ def steps_to_reach(steps: list[int], acc: list[float], target: float) -> int | N
     return next((s for s, a in zip(steps, acc) if a >= target - 1e-9), None)
 
 
+def _common_steps(runs: dict[int, Run]) -> list[int]:
+    """The steps every seed evaluated at."""
+    return sorted(set.intersection(*(set(r.steps) for r in runs.values())))
+
+
+def _seed_mean(runs: dict[int, Run], values, steps: list[int]) -> list[float]:
+    """The mean over seeds, at each of `steps`, of `values(run)` (a list aligned with run.steps)."""
+    series = [(r.steps, values(r)) for r in runs.values()]
+    return [sum(v[st.index(s)] for st, v in series) / len(series) for s in steps]
+
+
 def mean_curve(runs: dict[int, Run], after_warmup: bool = False) -> tuple[list[int], list[float], list[float], list[float]]:
     """(steps, mean accuracy, CI half-width, mean FLOPs) over the seeds, at the steps every seed evaluated;
     with `after_warmup`, the FLOPs spent since the warm-up."""
-    common = sorted(set.intersection(*(set(r.steps) for r in runs.values())))
-    acc, half, flops = [], [], []
+    common = _common_steps(runs)
+    acc, half = [], []
     for s in common:
-        values = [r.acc[r.steps.index(s)] for r in runs.values()]
-        m, h = mean_ci95(values)
+        m, h = mean_ci95([r.acc[r.steps.index(s)] for r in runs.values()])
         acc.append(m)
         half.append(0.0 if math.isnan(h) else h)
-        flops.append(sum(r.flops[r.steps.index(s)] - (r.warmup_flops if after_warmup else 0.0)
-                         for r in runs.values()) / len(runs))
+    flops = _seed_mean(runs, lambda r: [f - (r.warmup_flops if after_warmup else 0.0) for f in r.flops], common)
     return common, acc, half, flops
 
 
@@ -208,7 +218,7 @@ def step_seconds(runs: dict[int, Run]) -> str:
     """Wall seconds per training step (`time/step`, every role's work in it; evaluations not), the mean
     over seeds of each run's median, e.g. "4.2"; "–" where no run logged it. Comparable between arms
     that ran on the same machine kind under the same load (the CPU column says which)."""
-    medians = [sorted(r.step_times)[len(r.step_times) // 2] for r in runs.values() if r.step_times]
+    medians = [statistics.median(r.step_times) for r in runs.values() if r.step_times]
     return f"{sum(medians) / len(medians):.1f}" if medians else "–"
 
 
@@ -225,10 +235,8 @@ def at_equal_samples(arms: dict[str, dict[int, Run]], arm: str) -> str:
                 and all(r.sampled and r.steps for r in arms[a].values())), None)
     if ref is None or arm in (BASELINE, LONG):
         return f"{drawn / 1e6:.2f}M"
-    common = sorted(set.intersection(*(set(r.steps) for r in ref.values())))
-    acc = [sum(r.acc[r.steps.index(s)] for r in ref.values()) / len(ref) for s in common]
-    tokens = [sum(r.sampled[r.steps.index(s)] for r in ref.values()) / len(ref) for s in common]
-    x = at_flops(tokens, acc, drawn)
+    common = _common_steps(ref)
+    x = at_flops(_seed_mean(ref, lambda r: r.sampled, common), _seed_mean(ref, lambda r: r.acc, common), drawn)
     own = f", this arm {mean_curve(runs)[1][-1]:.3f}" if all(r.steps for r in runs.values()) else ""
     return f"{drawn / 1e6:.2f}M (grpo {x:.3f}{own})" if x is not None else f"{drawn / 1e6:.2f}M (grpo: past its end)"
 
@@ -513,15 +521,8 @@ def plot_judge(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
         h = [0.0 if math.isnan(y) else y for _, y in stats]
         ax.plot(steps, m, marker=".", label=arm)
         ax.fill_between(steps, [a - b for a, b in zip(m, h)], [a + b for a, b in zip(m, h)], alpha=0.2)
-    ax.set_xlabel("generator step")
-    ax.set_ylabel("judge verdict = truth")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish_axes(ax, "generator step", "judge verdict = truth", title)
+    _save(fig, path)
 
 
 BON_NAMES = {"oracle": "oracle (pass@N)", "random": "random pick", "majority": "majority vote",
@@ -582,13 +583,24 @@ def plot_bon(picks: dict[str, dict[str, dict[int, list[float]]]], path: str | Pa
                         marker="o", capsize=3, label=BON_NAMES.get(sel, sel + " verifier"),
                         linestyle="--" if sel == "oracle" else "-")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("N (samples to pick from)")
-        ax.set_ylabel("accuracy of the pick (test)")
-        ax.set_title(arm)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _finish_axes(ax, "N (samples to pick from)", "accuracy of the pick (test)", arm)
     if title:
         fig.suptitle(title)
+    _save(fig, path)
+
+
+def _finish_axes(ax, xlabel: str, ylabel: str, title: str = "") -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+
+
+def _save(fig, path: str | Path) -> None:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
