@@ -302,3 +302,23 @@ def test_process_localisation_worked_by_hand():
     got = process_localisation(task, [p] * 4, texts, parsed, [True, False, False, False])
     assert got == {"process/n_failed": 3.0, "process/n_failed_clean": 0.0,
                    "process/first_false_not_last": pytest.approx(2 / 3), "process/first_rejected_match": pytest.approx(1 / 3)}
+
+
+def test_oracle_verdicts_are_the_process_labels_and_noise_flips_them():
+    """`verifier.source: oracle` gives each step the task's label and the final verdict the ground truth;
+    `noisy` with rates 1 and 1 flips every one of them; the faults are named per step."""
+    from cotrain.config import VerifierConfig
+    from cotrain.tasks.base import Problem
+    from cotrain.train.verifier import oracle_verifications
+
+    task = CountdownTask(n_numbers=(4, 4), max_number=15, max_value=150, waypoints=True)
+    problem = Problem(question=W, answer="44", steps=("3*5=15", "15+7=22", "22*2=44"))
+    texts = ["3+5=15\n15+7=22\n22*2=44\n#44", "3*5=15\n15+7=22\n22*3=66\n#66", "3*5=15\n#15"]
+    assert task.step_kinds(problem, ["3+5=15", "15+7=22", "22*3=66", "x"]) == ["step", None, "operand", "format"]
+    oracle = oracle_verifications(task, [problem] * 3, texts, [False, False, False], VerifierConfig(source="oracle"), 0)
+    assert [x.steps for x in oracle] == [[False, True, True], [True, True, False], [True]]
+    assert [x.final for x in oracle] == [False, False, False] and all(x.format == 1.0 for x in oracle)
+    flipped = oracle_verifications(task, [problem] * 3, texts, [False, False, False],
+                                   VerifierConfig(source="noisy", noise_fp=1.0, noise_fn=1.0), 0)
+    assert [x.steps for x in flipped] == [[True, False, False], [False, False, True], [False]]
+    assert [x.final for x in flipped] == [True, True, True]

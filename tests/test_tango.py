@@ -263,16 +263,15 @@ def test_alpha_auto_with_a_verifier_that_approves_everything_is_grpo_bit_for_bit
     """`tango.alpha: auto` weighs the process advantage by the verifier's measured reliability: a verifier
     that approves every sample is at chance (balanced accuracy 0.5), so alpha is 0 at every step and the
     generator's update is GRPO's, bit for bit (same samples, losses, gradient norms and final weights)."""
-    import cotrain.recipes.tango as tango_recipe
     from cotrain.roles.verifier import Verification
 
-    real = tango_recipe.verify_samples
+    real = train_verifier.verify_samples
 
     def approve_all(*args, **kwargs):
         vro, parsed, distinct = real(*args, **kwargs)
         return vro, [Verification(steps=[True] * len(x.steps), final=True, format=x.format) for x in parsed], distinct
 
-    monkeypatch.setattr(tango_recipe, "verify_samples", approve_all)
+    monkeypatch.setattr(train_verifier, "verify_samples", approve_all)
     start = sft_run[0]
     common = {"train": {"steps": 3}, "eval": {"k": 0, "n": 10, "every": 0}, "checkpoint": {"every": 0}}
     run_recipe(build_config(tango_config(start, "frozen_verifier", tango={"alpha": "auto", "gen_steps": 2},
@@ -286,3 +285,59 @@ def test_alpha_auto_with_a_verifier_that_approves_everything_is_grpo_bit_for_bit
     for key in ("gen/reward", "gen/loss", "gen/grad_norm", "gen/len_mean"):
         assert [r[key] for r in auto] == [r[key] for r in grpo], key
     assert not _changed(tmp_path / "auto" / "final" / "generator", tmp_path / "grpo" / "final" / "generator")
+
+
+def test_the_oracle_at_alpha_0_is_grpo_bit_for_bit(sft_run, tmp_path):
+    """`verifier.source: oracle` builds no verifier and samples none; at α 0 the process advantage weighs
+    nothing, so the generator's update is GRPO's, bit for bit (same samples, losses, gradient norms, final
+    weights), and the oracle's verdicts on the samples agree with the truth by construction."""
+    start = sft_run[0]
+    common = {"train": {"steps": 3}, "eval": {"k": 0, "n": 10, "every": 0}, "checkpoint": {"every": 0}}
+    run_recipe(build_config(tango_config(start, tango={"alpha": 0.0, "alpha_schedule": "constant", "gen_steps": 2},
+                                         verifier={"source": "oracle"}, **common)), tmp_path / "oracle")
+    run_recipe(build_config(nano_config("grpo", init=str(start), **common)), tmp_path / "grpo")
+    oracle, grpo = _rows(tmp_path / "oracle"), _rows(tmp_path / "grpo")
+    assert [r["step"] for r in oracle] == [r["step"] for r in grpo] == [1, 2, 3, 3]  # no warm-up row
+    for key in ("gen/reward", "gen/loss", "gen/grad_norm", "gen/len_mean", "gen/early_stop"):
+        assert [r.get(key) for r in oracle] == [r.get(key) for r in grpo], key
+    assert all(r["cotrain/agree"] == 1.0 and r["cotrain/step_catch"] in (1.0, None) for r in oracle[:3]
+               if "cotrain/step_catch" in r)
+    assert not _changed(tmp_path / "oracle" / "final" / "generator", tmp_path / "grpo" / "final" / "generator")
+    assert not (tmp_path / "oracle" / "final" / "verifier").exists() and not (tmp_path / "oracle" / "warmup").exists()
+    assert "verifier" not in json.loads((tmp_path / "oracle" / "eval.json").read_text())
+
+
+@pytest.mark.parametrize("credit", ["min", "final", "min_final"])
+def test_a_noisy_oracle_trains_the_generator_under_each_construction(sft_run, tmp_path, credit):
+    """The noisy oracle's verdicts reach the update under each construction: the process advantage is
+    non-zero, the weights move, and the step metrics show the noise (false steps approved, right ones
+    rejected: at rates 0.3 the chance that none of a step's 16 samples' steps is flipped is tiny, and it
+    is a fixed seed)."""
+    start = sft_run[0]
+    raw = tango_config(start, tango={"alpha": 0.5, "alpha_schedule": "constant", "credit": credit},
+                       verifier={"source": "noisy", "noise_fp": 0.3, "noise_fn": 0.3},
+                       train={"steps": 2}, eval={"k": 0, "n": 10, "every": 0}, checkpoint={"every": 0})
+    run_recipe(build_config(raw), tmp_path)
+    rows = [r for r in _rows(tmp_path) if "gen/alpha" in r]
+    assert len(rows) == 2 and all(r["gen/adv_process_abs"] > 0 for r in rows)
+    assert all(math.isfinite(r["gen/loss"]) and 0 <= r["gen/early_stop"] <= 1 for r in rows)
+    assert all(r.get("cotrain/step_approve_right", 1) < 1 or r["cotrain/step_catch"] < 1 for r in rows)
+    assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
+
+
+def test_the_cli_refuses_an_oracle_where_no_step_verdicts_are_read(tmp_path):
+    """A label-free recipe, or one that reads no step verdicts, refuses `verifier.source: oracle` in one line
+    with exit 2, before any model is built."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo / "src"))
+    for config, named in (("consistency_smoke.yaml", "label-free"), ("smoke.yaml", "reads no step verdicts")):
+        proc = subprocess.run([sys.executable, "-m", "cotrain", "check", str(repo / "configs" / config),
+                               "verifier.source=oracle"], capture_output=True, text=True, env=env, cwd=tmp_path)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and named in lines[0], proc.stderr[-500:]
+    with pytest.raises(Exception, match="set verifier.source: noisy"):
+        build_config(nano_config("tango", verifier={"noise_fp": 0.1}))

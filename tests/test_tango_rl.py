@@ -5,16 +5,18 @@ import pytest
 import torch
 
 from cotrain.rl.tango import (
-    reliability,
-    verdict_counts,
     alpha_at,
     class_weights,
+    final_step_rewards,
+    flip_verdicts,
     generator_rewards,
     mix_advantages,
     most_uncertain,
     process_advantages,
+    reliability,
     step_rewards,
     step_token_ends,
+    verdict_counts,
     verifier_rewards,
 )
 
@@ -170,3 +172,64 @@ def test_reliability_is_zero_at_chance_one_when_sure_and_kept_on_one_class():
     # the current step holds one class: r stays the previous one, BA unknown
     r, ba, _ = reliability([(50, 50, 50, 50), (3, 8, 0, 0)], previous=0.4)
     assert r == 0.4 and math.isnan(ba)
+
+
+def test_min_form_process_advantages_by_hand():
+    """G = 2, T = 5. Sample 0: rewards [-1/2, +1/2] ending at tokens 1 and 3; sample 1: [+1/2, +1/2] ending
+    at 0 and 2. Pooled [-.5, .5, .5, .5]: mean .25, std sqrt(.75/3) = .5, so -1/2 -> -1.5 and +1/2 -> +0.5.
+    min (PURE): a token takes the worst step at or after it.
+      sample 0: t 0-1 min(-1.5, .5) = -1.5; t 2-3 .5; t 4 0        (to_go: -1, -1, .5, .5, 0)
+      sample 1: t 0 .5; t 1-2 .5; t 3-4 0                           (to_go: 1, .5, .5, 0, 0)
+    """
+    rewards, ends = [[-0.5, 0.5], [0.5, 0.5]], [[1, 3], [0, 2]]
+    got = process_advantages(rewards, ends, group_size=2, length=5, credit="min")
+    assert torch.allclose(got, torch.tensor([[-1.5, -1.5, 0.5, 0.5, 0.0], [0.5, 0.5, 0.5, 0.0, 0.0]]), atol=1e-5)
+    to_go = process_advantages(rewards, ends, group_size=2, length=5)
+    assert torch.allclose(to_go, torch.tensor([[-1.0, -1.0, 0.5, 0.5, 0.0], [1.0, 0.5, 0.5, 0.0, 0.0]]), atol=1e-5)
+
+
+def test_min_form_with_steps_ending_on_one_token_and_past_the_end():
+    """Two steps closed by the same token both count there; an end past T is clipped to the last token.
+    Sample 0: [+1/3, -1/3, +1/3] ending at 0, 0 and 9 with T = 3; its partner has no usable verdicts.
+    Pooled: mean 1/9, deviations 2/9, -4/9, 2/9, std sqrt((24/81) / 2) = sqrt(12)/9, so +1/3 -> 1/sqrt(3)
+    = .5774 and -1/3 -> -2/sqrt(3) = -1.1547. t 0: min of all three, -1.1547; t 1-2: the last, .5774."""
+    got = process_advantages([[1 / 3, -1 / 3, 1 / 3], None], [[0, 0, 9], []], group_size=2, length=3, credit="min")
+    assert torch.allclose(got, torch.tensor([[-2 / math.sqrt(3), 1 / math.sqrt(3), 1 / math.sqrt(3)], [0.0, 0.0, 0.0]]),
+                          atol=1e-5)
+
+
+def test_final_step_rewards_by_hand():
+    """K step verdicts and the final one each earn +-1/(K+1); the final item is + only when approved AND
+    complete; unusable step verdicts leave the final item alone at +-1."""
+    assert final_step_rewards([True, False], 2, False, True) == pytest.approx([1 / 3, -1 / 3, -1 / 3])
+    assert final_step_rewards([True, True], 2, True, True) == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    # one right step, then the sample stops: approved or not, rejected where the answer should be
+    assert final_step_rewards([True], 1, True, False) == pytest.approx([0.5, -0.5])
+    assert final_step_rewards([True], 2, True, True) == pytest.approx([1.0])      # one verdict missing
+    assert final_step_rewards([], 0, None, False) == pytest.approx([-1.0])         # no steps, no verdict
+
+
+def test_stopping_early_no_longer_pays_as_much_as_a_whole_correct_solution():
+    """The gaming RL Tango's construction allows: with to_go, 3 right steps then a stop earn the same
+    summed process return at the first token as 4 right steps and the answer; with `final` they earn less.
+    (Raw sums, before the group's z-normalisation, which is monotone.)"""
+    whole = final_step_rewards([True] * 4, 4, True, True)
+    early = final_step_rewards([True] * 3, 3, True, False)
+    assert sum(step_rewards([True] * 3, 3)) == sum(step_rewards([True] * 4, 4)) == pytest.approx(1.0)
+    assert sum(whole) == pytest.approx(1.0) and sum(early) == pytest.approx(0.5)
+
+
+def test_flip_verdicts_meets_its_rates_and_is_seeded():
+    """On a fixed batch of 20,000 labels (half right), the noisy oracle approves 15% of the false ones and
+    rejects 4% of the right ones, to within sampling error (3 standard errors); rates 0 change nothing;
+    the same seed gives the same flips."""
+    import random
+
+    labels = [i % 2 == 0 for i in range(20_000)]
+    out = flip_verdicts(labels, 0.15, 0.04, random.Random(7))
+    false_approved = sum(o for o, lab in zip(out, labels) if not lab) / 10_000
+    right_rejected = sum(not o for o, lab in zip(out, labels) if lab) / 10_000
+    assert abs(false_approved - 0.15) < 3 * math.sqrt(0.15 * 0.85 / 10_000)
+    assert abs(right_rejected - 0.04) < 3 * math.sqrt(0.04 * 0.96 / 10_000)
+    assert flip_verdicts(labels[:50], 0.0, 0.0, random.Random(1)) == labels[:50]
+    assert out == flip_verdicts(labels, 0.15, 0.04, random.Random(7))

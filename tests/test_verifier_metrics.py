@@ -12,6 +12,7 @@ from cotrain.eval.verifier_metrics import (
     best_of_n,
     earliest_error_metrics,
     first_error,
+    step_verdict_metrics,
     verdict_metrics,
     verifier_gap,
     weighted_vote,
@@ -246,3 +247,28 @@ def test_expected_best_of_n_by_hand():
     # all scores equal: a random pick at every n
     assert expected_best_of_n([0.0] * 4, [1, 0, 0, 0], 3) == pytest.approx(0.25)
     assert best_of_n_curve([(scores, correct), ([1.0], [1])], [1, 2]) == {1: pytest.approx(0.75), 2: pytest.approx(0.25)}
+
+
+# ----------------------------------------------------------------------------- step_verdict_metrics
+
+
+def test_step_verdict_metrics_by_hand():
+    """Three solutions; the third's verdicts are missing (left out: usable 2/3).
+    Right steps: s0 step 0 and s1 step 0, both approved: approve_right 2/2.
+    False steps: s0 step 1 ("step", rejected), s0 step 2 ("operand", approved), s1 step 1 ("operand", approved):
+    catch_false 1/3, catch/step 1/1, catch/operand 0/2.
+    First false step: s0's is 1, the verifier's first rejection 1 (agree); s1's is 1, the verifier rejects
+    none (disagree): first_false_agree 1/2."""
+    verdicts = [[True, False, True], [True, True], None]
+    labels = [[True, False, False], [True, False], [True]]
+    kinds = [[None, "step", "operand"], [None, "operand"], [None]]
+    assert step_verdict_metrics(verdicts, labels, kinds) == pytest.approx(
+        {"usable": 2 / 3, "approve_right": 1.0, "catch_false": 1 / 3, "catch/operand": 0.0, "catch/step": 1.0,
+         "first_false_agree": 0.5})
+    # without kinds every false step is a "step" fault; a count mismatch is not usable; no false step, no rates
+    assert step_verdict_metrics([[True, False]], [[True, False]]) == pytest.approx(
+        {"usable": 1.0, "approve_right": 1.0, "catch_false": 1.0, "catch/step": 1.0, "first_false_agree": 1.0})
+    assert step_verdict_metrics([[True]], [[True, True]]) == {"usable": 0.0}
+    assert step_verdict_metrics([], []) == {}
+    with pytest.raises(ValueError):
+        step_verdict_metrics([[True]], [])

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from cotrain import registry
 from cotrain.config import RunConfig
 from cotrain.dist import device
 from cotrain.errors import UserError
@@ -34,10 +35,10 @@ from cotrain.models.prompts import (
 )
 from cotrain.models.verify import verify
 from cotrain.precision import resolve_bf16
-from cotrain import registry
 from cotrain.registry import RECIPES
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.train.setup import build_task, derive_seed, initial_model, sample_batch, training_pool
+from cotrain.train.verifier import oracle_verifications, require_process_labels
 
 SAMPLE_CHARS = 300
 """The sample completion is shown up to this many characters."""
@@ -160,6 +161,15 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     say(f"sample    {shown!r}")
 
     # ------------------------------------------------------------------ the verifier's (judge's) first verification
+    if cfg.verifier.source != "model":
+        require_process_labels(task, cfg.verifier.source, cfg.task.name)
+        first = oracle_verifications(task, problems[:1], texts[:1], [rewards[0] >= 1], cfg.verifier, seed=cfg.seed)[0]
+        report["verification"] = {"source": cfg.verifier.source, "steps": first.steps, "final": first.final}
+        noise = (f" flipped at noise_fp {cfg.verifier.noise_fp:g}, noise_fn {cfg.verifier.noise_fn:g}"
+                 if cfg.verifier.source == "noisy" else "")
+        say(f"verify    {cfg.verifier.source} (the task's process labels{noise}; no verifier model), first sample: "
+            f"{sum(first.steps)}/{len(first.steps)} steps approved, final verdict "
+            f"{'CORRECT' if first.final else 'INCORRECT'}")
     checker = "verifier" if "verifier" in roles else "judge" if "judge" in roles else (
         "generator" if "judge" in RECIPES[cfg.recipe].roles else None)
     if checker is not None:
@@ -229,7 +239,7 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
     own = getattr(registry.load(cfg.recipe), "check_models", None)  # a recipe's models of its own (cure, mars)
     if own:
         roles.update(own(cfg, generator=roles["generator"][2], verifier=verifier_source))
-    if "verifier" in RECIPES[cfg.recipe].roles:
+    if "verifier" in RECIPES[cfg.recipe].roles and v.source == "model":  # an oracle builds no verifier
         roles["verifier"] = (*initial_verifier(cfg), verifier_source)
     elif "judge" in RECIPES[cfg.recipe].roles and not cfg.selfplay.shared_model:
         sp = cfg.selfplay

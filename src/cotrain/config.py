@@ -221,11 +221,23 @@ class VerifierConfig(_Section):
         "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
         "guessed tokens per forward pass; verdicts unchanged up to float rounding (bench/README.md). 0: off."))
     compile: bool = Field(False, description=_compiled_decoding("the verifier's or judge's verifications"))
+    source: Literal["model", "oracle", "noisy"] = Field("model", description=(
+        "Where the generator's step and final verdicts come from. model: the verifier model (RL Tango). oracle: the "
+        "task's process labels and ground-truth outcome, the ceiling of any verifier (no verifier model is built, "
+        "warmed up or trained; a run costs about what grpo does). noisy: the oracle's verdicts flipped at "
+        "noise_fp / noise_fn, seeded. Tasks with process labels only; never in a label-free recipe."))
+    noise_fp: float = Field(0.0, ge=0, le=1, description=(
+        "source noisy: the chance that a false step (or a wrong solution's final verdict) is approved."))
+    noise_fn: float = Field(0.0, ge=0, le=1, description=(
+        "source noisy: the chance that a right step (or a correct solution's final verdict) is rejected."))
 
     @model_validator(mode="after")
     def _check(self):
         ModelConfig.check_device(self.device)
         _one_decoding("verifier", self)
+        if self.source != "noisy" and (self.noise_fp or self.noise_fn):
+            raise ValueError(f"verifier.noise_fp and noise_fn flip the oracle's verdicts: set verifier.source: noisy "
+                             f"(it is {self.source})")
         if self.warmup_corrupt_frac + self.warmup_clean_frac > 1:
             raise ValueError(f"verifier.warmup_corrupt_frac + warmup_clean_frac must be at most 1, got "
                              f"{self.warmup_corrupt_frac} + {self.warmup_clean_frac}")
@@ -250,6 +262,12 @@ class TangoConfig(_Section):
     w_catch: float = Field(1.0, ge=0, description="GAR: the verifier's bonus for catching an incorrect solution.")
     w_approve: float = Field(0.5, ge=0, description="GAR: the generator's bonus for a correct, approved solution.")
     eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
+    credit: Literal["to_go", "min", "final", "min_final"] = Field("to_go", description=(
+        "How step rewards become each token's process advantage (rl/tango.py). to_go: the sum of the z-normalised "
+        "step rewards at and after the token (RL Tango). min: their minimum (PURE's min-form). final: to_go with "
+        "the final verdict scored as one more step on the answer's tokens, a solution with no answer or fewer "
+        "steps than its problem needs scored rejected there (stopping early cannot pay). min_final: min with that "
+        "step."))
 
     @model_validator(mode="before")
     @classmethod
@@ -625,6 +643,13 @@ class RunConfig(_Section):
             raise ValueError(
                 f"recipe {self.recipe} is label-free and cannot warm its verifier up on labelled verifications: set "
                 "verifier.warmup_sft_steps: 0 (and verifier.init to an already warmed-up verifier, if wanted)")
+        if self.verifier.source != "model" and recipe.label_free:
+            raise ValueError(f"verifier.source: {self.verifier.source} reads the task's process labels and answers; "
+                             f"recipe {self.recipe} is label-free: set verifier.source: model")
+        if self.verifier.source != "model" and not recipe.step_verdicts:
+            readers = [name for name, r in RECIPES.items() if r.step_verdicts]
+            raise ValueError(f"verifier.source: {self.verifier.source} stands in for the verifier of "
+                             f"{', '.join(readers)}; recipe {self.recipe} reads no step verdicts: set verifier.source: model")
         if self.safeguard.enabled and self.recipe not in GUARDED:
             raise ValueError(f"safeguard.enabled guards the label-free recipes {', '.join(GUARDED)}; "
                              f"recipe {self.recipe} has none: set safeguard.enabled: false")

@@ -28,6 +28,7 @@ class Recipe:
     fsdp: bool = True           # it supports train.fsdp
     summary: str | None = None  # a variant's own line (else the first line of its file's docstring)
     labels: str = "outcomes"    # the labels its training reads (the comparison tables' column)
+    step_verdicts: bool = False  # its generator's process reward reads step verdicts (verifier.source can stand in)
 
 
 CO_TRAINING = ("generator", "verifier")
@@ -36,10 +37,11 @@ SELF_PLAY = ("proposer", "solver", "judge")  # the solver is the generator; one 
 RECIPES: dict[str, Recipe] = {
     "sft": Recipe("sft", labels="reference solutions"),
     "grpo": Recipe("grpo", vllm=True),
-    "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels"),
+    "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels",
+                    step_verdicts=True),
     "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(
         "RL Tango's baseline (experiment 1.2): the verifier warmed up, then frozen; only the generator trains."),
-        labels="outcomes; the verifier's warm-up: process labels"),
+        labels="outcomes; the verifier's warm-up: process labels", step_verdicts=True),
     "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True, labels="none (a given verifier)"),
     "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none"),
     "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none"),

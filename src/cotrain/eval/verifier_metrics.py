@@ -149,6 +149,59 @@ def first_error(step_verdicts: list[bool]) -> int | None:
     return next((k for k, ok in enumerate(step_verdicts) if not ok), None)
 
 
+def step_verdict_metrics(verdicts: list[list[bool] | None], labels: list[list[bool]],
+                         kinds: list[list[str | None]] | None = None) -> dict[str, float]:
+    """A verifier's step verdicts against the task's process labels, over the solutions whose verdicts are
+    usable (exactly one per step; None or another count: left out).
+
+    Args:
+        verdicts: per solution, its step verdicts (True = judged right), or None.
+        labels: per solution, whether each step is right (the task's process labels).
+        kinds: per solution, each step's fault (None for a right step), when the task names them.
+
+    Returns:
+        `usable` (share of solutions counted); `approve_right`: share of right steps approved;
+        `catch_false`: share of false steps rejected; `catch/<kind>`: the same per fault;
+        `first_false_agree`: among counted solutions with a false step, the share whose first rejected step
+        is the first false step. A rate whose denominator is 0 is left out.
+
+    Raises:
+        ValueError: the lists differ in length.
+    """
+    if len(verdicts) != len(labels) or (kinds is not None and len(kinds) != len(labels)):
+        raise ValueError(f"step_verdict_metrics: {len(verdicts)} verdict lists for {len(labels)} label lists")
+    right = [0, 0]                      # approved, all
+    false: dict[str, list[int]] = {}    # kind -> [rejected, all]
+    first = [0, 0]                      # agreeing, solutions with a false step
+    used = 0
+    for i, (v, lab) in enumerate(zip(verdicts, labels)):
+        if v is None or len(v) != len(lab):
+            continue
+        used += 1
+        for k, (ok, truth) in enumerate(zip(v, lab)):
+            if truth:
+                right[0] += bool(ok)
+                right[1] += 1
+            else:
+                kind = (kinds[i][k] if kinds is not None else None) or "step"
+                for key in ("all", kind):
+                    false.setdefault(key, [0, 0])
+                    false[key][0] += not ok
+                    false[key][1] += 1
+        if not all(lab):
+            first[0] += first_error(list(v)) == first_error(list(lab))
+            first[1] += 1
+    out = {"usable": used / len(labels)} if labels else {}
+    if right[1]:
+        out["approve_right"] = right[0] / right[1]
+    if "all" in false:
+        out["catch_false"] = false["all"][0] / false["all"][1]
+    out.update({f"catch/{kind}": c / n for kind, (c, n) in sorted(false.items()) if kind != "all"})
+    if first[1]:
+        out["first_false_agree"] = first[0] / first[1]
+    return out
+
+
 def best_of_n(groups: list[list[tuple[float, float]]]) -> float:
     """Best-of-N selection with a verifier: per problem, keep the candidate the verifier scores highest.
 

@@ -80,8 +80,10 @@ def verify_batched(model, tokenizer, questions: list[str], completions: list[str
 
 
 def step_ends(tokenizer: PreTrainedTokenizerBase, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-              texts: list[str]) -> list[list[int]]:
-    """For each completion, the token index at which each of its steps (`roles.verifier.split_steps`) ends."""
+              texts: list[str], answer: bool = False) -> list[list[int]]:
+    """For each completion, the token index at which each of its steps (`roles.verifier.split_steps`) ends;
+    with `answer`, then the token at which its answer line (`roles.verifier.answer_line`) ends, the last
+    token when it has none."""
     cache: dict[int, str] = {}
 
     def piece(i: int) -> str:
@@ -92,5 +94,6 @@ def step_ends(tokenizer: PreTrainedTokenizerBase, completion_ids: torch.Tensor, 
     out = []
     for ids, mask, text in zip(completion_ids, completion_mask, texts):
         pieces = [piece(i) for i in ids[mask.bool()].tolist()]
-        out.append(step_token_ends(pieces, [line for line, _ in vrole.split_steps(text)]))
+        lines = [line for line, _ in vrole.split_steps(text)] + ([vrole.answer_line(text)] if answer else [])
+        out.append(step_token_ends(pieces, lines))
     return out

@@ -79,12 +79,11 @@ from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, reliab
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics, rollout_tokens
 from cotrain.train.setup import (
     build_task,
     derive_seed,
     initial_model,
-    initial_verifier,
     make_optimizer,
     sample_batch,
     training_pool,
@@ -92,14 +91,16 @@ from cotrain.train.setup import (
 from cotrain.train.update import generator_update
 from cotrain.train.verifier import (
     VerifierRL,
+    build_verifier,
     cotrain_monitors,
     final_verifier_results,
     mean_metrics,
+    require_process_labels,
+    step_monitors,
     verdict_process_advantages,
-    verify_samples,
+    verdicts_on_samples,
     warm_up,
 )
-
 
 PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
     ("Process-reward weight α (tango)", "α", "alpha", False),
@@ -107,37 +108,40 @@ PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): 
 )
 
 
+def graded(task, texts: list[str], problems: list, group_size: int = 1) -> list[bool]:
+    """Each solution's ground-truth correctness, graded once across processes."""
+    return dist.map_shards(lambda tp: task.grade(*tp) >= 1, list(zip(texts, problems)))
+
+
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, v, tg = cfg.grpo, cfg.verifier, cfg.tango
-    frozen = cfg.recipe == "frozen_verifier" or tg.ver_steps == 0
+    oracle = v.source != "model"  # verdicts from the task's labels: no verifier model at all
+    frozen = cfg.recipe == "frozen_verifier" or tg.ver_steps == 0 or oracle
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
+    require_process_labels(task, v.source, cfg.task.name)
     model, tokenizer = initial_model(cfg)
-    verifier, vtok = initial_verifier(cfg)
-    model.train()  # each on its model config's device: initial_model and initial_verifier placed them
-    verifier.train()
+    model.train()  # on its model config's device: initial_model placed it
     # The generator's frozen reference is its start (with LoRA: its base, adapters off); none when beta == 0.
     ref_model = reference_model(model) if g.beta > 0 else None
     pool, _ = training_pool(task, cfg, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
-    vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
-                                  max(ver_rl_steps, 1))
-    roles = {"generator": (model, tokenizer, opt, sched), "verifier": (verifier, vtok, vopt, vsched)}
-    warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
+    roles = {"generator": (model, tokenizer, opt, sched)}
+    if not oracle:  # the verifier, on its model config's device, with its optimizer over its RL steps
+        roles["verifier"] = build_verifier(cfg, frozen)
+        verifier, vtok = roles["verifier"][:2]
+    warmed = oracle or resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
-    compute = Compute({"gen": model.num_parameters(), "ver": verifier.num_parameters()}, session.state.get("compute"))
-
-    def grade(texts: list[str], problems: list, group_size: int = 1) -> list[bool]:
-        """Each solution's ground-truth correctness, graded once across processes."""
-        return dist.map_shards(lambda tp: task.grade(*tp) >= 1, list(zip(texts, problems)))
-
-    ver_rl = VerifierRL(cfg, pool, (model, tokenizer), (verifier, vtok, vopt, vsched), compute, labels=grade,
-                        ema=session.state.get("class_ema"), step_count=session.state.get("ver_step", 0))
-    heldout = injected_heldout(cfg, task)
+    compute = Compute({"gen": model.num_parameters(), "ver": 0 if oracle else verifier.num_parameters()},
+                      session.state.get("compute"))
+    grade = partial(graded, task)
     n_prompts = cfg.train.batch_size // g.group_size
-    eval_verifier = partial(eval_verifier_during, cfg, verifier, vtok, task, heldout)  # eval/verifier/* metrics
+    if not oracle:
+        ver_rl = VerifierRL(cfg, pool, (model, tokenizer), roles["verifier"], compute, labels=grade,
+                            ema=session.state.get("class_ema"), step_count=session.state.get("ver_step", 0))
+        heldout = injected_heldout(cfg, task)
+        eval_verifier = partial(eval_verifier_during, cfg, verifier, vtok, task, heldout)  # eval/verifier/* metrics
     # alpha: auto: the verdict counts of the last 5 steps and the reliability they gave (kept on resume)
     window, trust = [tuple(c) for c in session.state.get("alpha_window", [])], session.state.get("alpha_trust", 0.0)
 
@@ -159,18 +163,21 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         timer.lap("gen", generated)
 
         # -------------------------------------------------------------- verification of every sample
-        vro, parsed, distinct = verify_samples(verifier, vtok, [p.question for p in problems], texts, v, rollout=ro,
-                                               seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16)
-        forward, verified = rollout_tokens(vro)
+        correct = grade(texts, problems)
+        vro, parsed, distinct = verdicts_on_samples(None if oracle else (verifier, vtok), task, problems, texts, correct,
+                                                    v, rollout=ro, seed=derive_seed(cfg.seed, "verify", step),
+                                                    bf16=cfg.train.bf16)  # oracle: the task's (no rollout)
+        forward, verified = rollout_tokens(vro) if vro is not None else (0, 0)
         compute.add("ver", forward=forward)
         timer.lap("verify", verified)
 
         # -------------------------------------------------------------- rewards and advantages
-        correct = grade(texts, problems)
+        complete = complete_solutions(task, problems, texts)
         approved = [x.final for x in parsed]
         rewards = generator_rewards(correct, approved, tg.adversarial, tg.w_approve)        # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
-        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size)  # [B*G, T]
+        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size,
+                                                            tg.credit, complete)           # [B*G, T]
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
         if tg.alpha_schedule == "auto":  # any rejected step rejects the solution
             window = [*window, verdict_counts([x.final is True and all(x.steps) for x in parsed], correct)][-5:]
@@ -196,6 +203,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **reward_metrics("gen", rewards, g.group_size),
             **cotrain_monitors(parsed, correct, [task.extract_answer(t) for t in texts], g.group_size,
                                getattr(task, "answers_equal", None)),
+            **step_monitors(task, problems, texts, parsed, complete),
             **rollout_metrics("gen", ro),
             "gen/lr": sched.get_last_lr()[0],
             "gen/alpha": alpha,
@@ -212,16 +220,16 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(cfg, model, tokenizer, task))
-            metrics.update(eval_verifier())
+            metrics.update({} if oracle else eval_verifier())
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
         log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, **ver_rl.state(),
-                                                           "alpha_window": window, "alpha_trust": trust})
+        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, "alpha_window": window,
+                                                           "alpha_trust": trust, **({} if oracle else ver_rl.state())})
 
     # ------------------------------------------------------------------ final evaluation
-    results = final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout)
+    results = {} if oracle else final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout)
     results["compute"] = compute.summary()
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_models={"verifier": (verifier, vtok)},
-                  other_results=results)
+    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results,
+                  other_models=None if oracle else {"verifier": (verifier, vtok)})

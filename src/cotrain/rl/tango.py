@@ -47,25 +47,39 @@ def step_token_ends(pieces: list[str], line_indices: list[int]) -> list[int]:
     return out
 
 
+CREDITS = ("to_go", "min", "final", "min_final")
+"""The process-advantage constructions of `tango.credit`: how step rewards reach each token."""
+
+
 def process_advantages(rewards: list[list[float] | None], ends: list[list[int]], group_size: int,
-                       length: int, eps: float = 1e-6) -> torch.Tensor:
-    """Per-token process advantages from step rewards (RL Tango).
+                       length: int, eps: float = 1e-6, credit: str = "to_go") -> torch.Tensor:
+    """Per-token process advantages from step rewards.
 
     Within each group, the step rewards of all its usable samples are z-normalised together,
     r~ = (r - mean) / (std + eps); a group with a single step reward keeps it as it is (mean 0, std 1,
-    as RL Tango's code does); then A_proc[i, t] = sum of r~_k over the steps k of sample i that end at
-    or after token t (0 after the last step). Samples whose rewards are None get 0.
+    as RL Tango's code does). Then, for the steps k of sample i that end at or after token t:
+
+        to_go (RL Tango)   A_proc[i, t] = sum of their r~_k
+        min   (PURE)       A_proc[i, t] = min of their r~_k
+
+    and 0 after the last step. Samples whose rewards are None get 0. The min-form is arXiv 2504.15275's
+    definition (a token's return is the worst step still ahead of it, so a correct prefix is not blamed
+    for every later mistake at once, and more steps do not add up to more reward); its code approximates
+    it by a softmin-weighted sum over all steps (temperature 0.1), which we do not.
 
     Args:
         rewards: N entries, each K_i step rewards or None.
         ends: N entries, each the K_i end tokens (same order as the rewards).
         group_size: G.
         length: T.
+        credit: "to_go" or "min" (the `final` forms are these over rewards that end with `final_step_rewards`'
+            item).
 
     Returns:
         [N, T].
     """
     assert len(rewards) == len(ends) and len(rewards) % group_size == 0, "one entry per sample, whole groups"
+    assert credit in ("to_go", "min"), f"credit must be to_go or min, got {credit!r}"
     out = torch.zeros(len(rewards), length)                                        # [N, T]
     for start in range(0, len(rewards), group_size):
         members = range(start, start + group_size)
@@ -79,9 +93,58 @@ def process_advantages(rewards: list[list[float] | None], ends: list[list[int]],
         for i in members:
             if rewards[i] is None:
                 continue
-            for r, end in zip(rewards[i], ends[i]):
-                normalised = (r - mean) / scale if scale > 0 else 0.0               # equal rewards: all 0
-                out[i, :min(end, length - 1) + 1] += normalised                     # reaches every t <= end
+            normalised = [float((r - mean) / scale) if scale > 0 else 0.0 for r in rewards[i]]  # equal rewards: all 0
+            if credit == "to_go":
+                for r, end in zip(normalised, ends[i]):
+                    out[i, :min(end, length - 1) + 1] += r                             # reaches every t <= end
+                continue
+            # min: steps in order of their end; the tokens (previous end, end] take the minimum of this step
+            # and every later one
+            ordered = sorted(zip(ends[i], normalised))
+            suffix = [min(r for _, r in ordered[k:]) for k in range(len(ordered))]
+            previous = -1
+            for (end, _), worst in zip(ordered, suffix):
+                end = min(end, length - 1)
+                out[i, previous + 1:end + 1] = worst
+                previous = max(previous, end)
+    return out
+
+
+def final_step_rewards(verdicts: list[bool], n_steps: int, final: bool | None, complete: bool) -> list[float]:
+    """Step rewards with the final verdict scored as one more step (`tango.credit: final`, ours).
+
+    Each of the K step verdicts and the final one earns +-1/(K+1); the final item is +1/(K+1) only when the
+    final verdict approves AND the solution is complete (it states an answer and has at least the steps its
+    problem needs), so that stopping after a correct prefix, which RL Tango's construction pays as much as a
+    whole correct solution, earns a rejection where the answer should be. When the step verdicts are not
+    usable (not exactly K of them) the final item alone is scored, +-1.
+
+    Args:
+        verdicts: the step verdicts of one solution.
+        n_steps: K, the number of steps it has.
+        final: the final verdict (None: none was given, a rejection).
+        complete: whether it states an answer and has as many steps as its problem needs.
+
+    Returns:
+        K+1 rewards (steps first, the final item last), or 1 when the step verdicts are not usable.
+    """
+    items = list(verdicts) if n_steps and len(verdicts) == n_steps else []
+    items.append(final is True and complete)
+    return [(1.0 if v else -1.0) / len(items) for v in items]
+
+
+def flip_verdicts(labels: list[bool], fp: float, fn: float, rng) -> list[bool]:
+    """A noisy oracle's verdicts: each False label approved with probability `fp`, each True label rejected
+    with probability `fn` (one `rng.random()` draw per label, in order, whatever the rates).
+
+    Args:
+        labels: the true verdicts (True = right).
+        rng: a `random.Random`.
+    """
+    out = []
+    for label in labels:
+        u = rng.random()
+        out.append((u >= fn) if label else (u < fp))
     return out
 
 

@@ -72,6 +72,16 @@ def split_steps(completion: str) -> list[tuple[int, str]]:
     return steps
 
 
+def answer_line(completion: str) -> int:
+    """The (0-based) line index of a completion's final-answer line, the first line that starts with `#`;
+    one past its last line when it has none. Never raises.
+
+    Example: "12+34=46\\n46-5=41\\n#41" gives 2; "12+34=46" gives 1.
+    """
+    lines = completion.split("\n") if isinstance(completion, str) else []
+    return next((i for i, line in enumerate(lines) if line.strip().startswith("#")), len(lines))
+
+
 # ----------------------------------------------------------------------------- prompts
 
 

@@ -466,6 +466,14 @@ class CountdownTask:
         """See `step_labels` (module level)."""
         return step_labels(problem.question, steps)
 
+    def step_kinds(self, problem: Problem, steps: list[str]) -> list[str | None]:
+        """Each step's fault (`StepCheck.kind`: None for a right step), judged as `step_labels` judges it;
+        all "format" for a question that does not parse. Never raises."""
+        parsed = parse_question(problem.question)
+        if parsed is None:
+            return ["format"] * len(steps)
+        return [c.kind for c in check_steps(parsed[0], list(steps), parse_waypoints(problem.question))[0]]
+
     def step_rationales(self, problem: Problem, steps: list[str]) -> list[str]:
         """See `step_rationales` (module level)."""
         return step_rationales(problem.question, steps)

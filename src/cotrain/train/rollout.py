@@ -11,6 +11,7 @@ from cotrain.config import GrpoConfig, RunConfig
 from cotrain.models.generate import Rollout, generate, split_by_rank
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import masked_mean
+from cotrain.roles.verifier import split_steps
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.train.setup import derive_seed
 
@@ -89,3 +90,11 @@ def reward_metrics(role: str, rewards: torch.Tensor, group_size: int) -> dict[st
     grouped = rewards.view(-1, group_size)
     return {f"{role}/reward": rewards.mean().item(), f"{role}/reward_std": grouped.std(dim=1).mean().item(),
             f"{role}/frac_reward_zero_std": (grouped.std(dim=1) == 0).float().mean().item()}
+
+
+def complete_solutions(task, problems: list, texts: list[str]) -> list[bool]:
+    """Whether each sample states an answer and has at least as many steps (`roles.verifier.split_steps`)
+    as its problem's reference solution: `gen/early_stop` is the share that do not, and `tango.credit:
+    final` rejects them where the answer should be."""
+    return [task.extract_answer(t) is not None and len(split_steps(t)) >= len(p.steps)
+            for p, t in zip(problems, texts, strict=True)]

@@ -14,22 +14,31 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig, VerifierConfig
+from cotrain.errors import UserError
 from cotrain.eval.during import eval_kwargs
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, verifier_score
-from cotrain.eval.verifier_metrics import verdict_metrics, verifier_gap
+from cotrain.eval.verifier_metrics import step_verdict_metrics, verdict_metrics, verifier_gap
 from cotrain.models.build import load_model, save_model
 from cotrain.models.generate import Rollout, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
 from cotrain.models.verify import encode_pair_prompts, encode_verifier_prompts, step_ends, verify
 from cotrain.rl.losses import group_advantages
-from cotrain.rl.tango import class_weights, most_uncertain, process_advantages, step_rewards, verifier_rewards
+from cotrain.rl.tango import (
+    class_weights,
+    final_step_rewards,
+    flip_verdicts,
+    most_uncertain,
+    process_advantages,
+    step_rewards,
+    verifier_rewards,
+)
 from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
 from cotrain.runs.rundir import Progress
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
 from cotrain.train.rollout import reward_metrics, rollout_metrics, rollout_tokens
-from cotrain.train.setup import derive_seed, make_optimizer, sample_batch
+from cotrain.train.setup import derive_seed, initial_verifier, make_optimizer, sample_batch
 from cotrain.train.update import policy_update, supervised_step
 
 Labeller = Callable[[list[str], list, int], list]
@@ -70,14 +79,84 @@ def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: Ve
     return vro, parsed, len(keep) / len(pairs)
 
 
+def verdicts_on_samples(verifier: tuple | None, task, problems: list, texts: list[str], correct: list[bool],
+                        v: VerifierConfig, *, rollout: Rollout, seed: int, bf16: bool
+                        ) -> tuple[Rollout | None, list[Verification], float]:
+    """The step and final verdicts on the generator's samples from where `verifier.source` says: the
+    verifier (model, tokenizer) through `verify_samples`, or, with `verifier` None, the task's own
+    (`oracle_verifications`, no rollout). Returns (the verifier's rollout or None, the verifications, the
+    share of samples verified)."""
+    if verifier is None:
+        return None, oracle_verifications(task, problems, texts, correct, v, seed), 1.0
+    return verify_samples(*verifier, [p.question for p in problems], texts, v, rollout=rollout, seed=seed, bf16=bf16)
+
+
 def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
-                               group_size: int) -> tuple[list[list[float] | None], torch.Tensor]:
-    """Each sample's step rewards +-1/K from its per-step verdicts (None unless exactly K were parsed)
-    and the process advantages [N, T] they give (z-normalised over the group, summed to the end)."""
+                               group_size: int, credit: str = "to_go", complete: list[bool] | None = None
+                               ) -> tuple[list[list[float] | None], torch.Tensor]:
+    """Each sample's step rewards and the process advantages [N, T] they give (z-normalised over the group,
+    then summed (`to_go`) or minimised (`min`) from each token to the end; rl/tango.py `process_advantages`).
+    Step rewards are +-1/K from the K step verdicts (None unless exactly K were parsed); with `credit`
+    final or min_final, `final_step_rewards`: the final verdict one more step on the answer's tokens,
+    rejected for a sample that is not `complete`."""
     n_steps = [len(split_steps(t)) for t in texts]
-    s_rewards = [step_rewards(x.steps, k) for x, k in zip(parsed, n_steps)]
-    ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts)
-    return s_rewards, process_advantages(s_rewards, ends, group_size, ro.completion_ids.shape[1])
+    with_final = credit in ("final", "min_final")
+    ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts, answer=with_final)
+    if with_final:
+        assert complete is not None and len(complete) == len(texts), "credit final needs each sample's completeness"
+        s_rewards = [final_step_rewards(x.steps, k, x.final, c) for x, k, c in zip(parsed, n_steps, complete)]
+        ends = [e if len(r) == len(e) else e[-1:] for r, e in zip(s_rewards, ends)]  # the final item alone
+    else:
+        s_rewards = [step_rewards(x.steps, k) for x, k in zip(parsed, n_steps)]
+    form = "min" if credit in ("min", "min_final") else "to_go"
+    return s_rewards, process_advantages(s_rewards, ends, group_size, ro.completion_ids.shape[1], credit=form)
+
+
+def require_process_labels(task, source: str, name: str) -> None:
+    """Refuse `verifier.source: oracle` or `noisy` on a task without process labels (`step_labels`).
+
+    Raises:
+        UserError: one line naming the tasks that have them.
+    """
+    if source != "model" and not hasattr(task, "step_labels"):
+        raise UserError(f"verifier.source: {source} reads the task's process labels; task {name} has none "
+                        "(tasks with them: countdown, arith, wordproblems)")
+
+
+def oracle_verifications(task, problems: list, texts: list[str], correct: list[bool], v: VerifierConfig,
+                         seed: int) -> list[Verification]:
+    """What a perfect verifier would say of each sample (`verifier.source: oracle`): each step's verdict
+    from the task's process labels, the final verdict from the ground truth; with `verifier.source: noisy`,
+    flipped at `noise_fp` (false steps and wrong solutions approved) and `noise_fn` (right steps and
+    correct solutions rejected), from a generator seeded with `seed`."""
+    rng = random.Random(seed)
+    out = []
+    for p, text, ok in zip(problems, texts, correct, strict=True):
+        labels = [bool(x) for x in task.step_labels(p, [line for _, line in split_steps(text)])]
+        final = bool(ok)
+        if v.source == "noisy":
+            labels = flip_verdicts(labels, v.noise_fp, v.noise_fn, rng)
+            final = flip_verdicts([final], v.noise_fp, v.noise_fn, rng)[0]
+        out.append(Verification(steps=labels, final=final, format=1.0))
+    return out
+
+
+def step_monitors(task, problems: list, texts: list[str], parsed: list[Verification],
+                  complete: list[bool]) -> dict[str, float]:
+    """The verifier's step verdicts on the generator's samples against the task's process labels (read by
+    these metrics alone): `cotrain/step_approve_right`, `cotrain/step_catch` and `cotrain/step_catch/<kind>`
+    (its catch of false steps, by fault where the task names them), `cotrain/first_false_agree`; and
+    `gen/early_stop`, the share of samples with no answer or fewer steps than their problem needs."""
+    out = {"gen/early_stop": 1 - sum(complete) / max(len(complete), 1)}
+    if not hasattr(task, "step_labels"):
+        return out
+    steps = [[line for _, line in split_steps(t)] for t in texts]
+    labels = [task.step_labels(p, s) for p, s in zip(problems, steps)]
+    kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)] if hasattr(task, "step_kinds") else None
+    m = step_verdict_metrics([x.steps for x in parsed], labels, kinds)
+    names = {"approve_right": "step_approve_right", "catch_false": "step_catch", "first_false_agree": "first_false_agree"}
+    out.update({f"cotrain/{names.get(k, k.replace('catch/', 'step_catch/'))}": x for k, x in m.items() if k != "usable"})
+    return out
 
 
 def cotrain_monitors(parsed: list[Verification], correct: list[bool], answers: list[str | None],
@@ -105,6 +184,19 @@ def mean_metrics(rows: list[dict]) -> dict[str, float]:
         values = [m[key] for m in rows if key in m]
         out[key] = sum(values) / len(values)
     return out
+
+
+def build_verifier(cfg: RunConfig, frozen: bool) -> tuple:
+    """(verifier, tokenizer, optimizer, scheduler) of a co-training run: the verifier `initial_verifier`
+    builds, in train mode, with an AdamW over its RL steps (its warm-up's and, unless `frozen`, one
+    round's `tango.ver_steps` per `tango.gen_steps` generator steps) at `verifier.lr`."""
+    v, tg = cfg.verifier, cfg.tango
+    verifier, vtok = initial_verifier(cfg)
+    verifier.train()
+    ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
+    vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
+                                  max(ver_rl_steps, 1))
+    return verifier, vtok, vopt, vsched
 
 
 # ---------------------------------------------------------------------- the verifier's RL step
