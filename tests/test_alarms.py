@@ -63,6 +63,13 @@ def test_accuracy_dropping_over_the_in_training_evaluations():
     assert list(due) == ["accuracy_drop"] and due["accuracy_drop"].endswith("(ground truth: shown, never trained on)")
 
 
+def test_samples_stopping_early_more_and_more():
+    """Early-stop shares 0.0, 0.1, 0.2, 0.35: the first two average 0.05, the last two 0.275 > 0.05 + 0.2:
+    fires at the fourth row. 0.0, 0.1, 0.2, 0.2 (0.2 is not above 0.25) never fires."""
+    assert _fire([{"gen/early_stop": x} for x in (0.0, 0.1, 0.2, 0.35)]) == {3: ["early_stopping"]}
+    assert _fire([{"gen/early_stop": x} for x in (0.0, 0.1, 0.2, 0.2)]) == {}
+
+
 def test_log_step_writes_the_alarm_once_prints_it_and_a_resume_does_not_raise_it_again(tmp_path, capsys):
     from cotrain.runs.rundir import MetricsLogger, Progress
     from cotrain.runs.session import Session, _alarm_history, log_step

@@ -573,6 +573,9 @@ class AlarmConfig(_Section):
     drop: float = Field(0.1, ge=0, le=1, description=(
         "accuracy_drop: the mean of the last two in-training evaluations (`eval/test/pass@1`) falls below the "
         "mean of the first two by more than this (ground truth: in a label-free run, for display)."))
+    early_stop: float = Field(0.2, ge=0, le=1, description=(
+        "early_stopping: the share of samples that stop early (`gen/early_stop`: no answer, or fewer steps than the "
+        "problem's reference) over the last `window` steps above its start's by more than this."))
 
 
 class RolloutConfig(_Section):

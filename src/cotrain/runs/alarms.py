@@ -17,6 +17,9 @@ Rules, over the last `alarms.window` values of a metric (W; a rule waits for W v
   verifier_silent     mean `ver/format` < alarms.silent (its verifications end in no verdict)
   accuracy_drop       the mean of the last two in-training evaluations (`eval/test/pass@1`) < the mean of
                       the first two − alarms.drop (the generator is getting worse)
+  early_stopping      mean `gen/early_stop` > its mean over the first W values + alarms.early_stop (more and
+                      more samples end without an answer or with fewer steps than needed: a process reward
+                      that pays for correct prefixes is being gamed)
 
 `replay_alarms` runs a finished run's rows through the same rules (a run older than the alarms gets
 them too) and `alarm_table` tabulates them over the studies under `results/` (`cotrain study results
@@ -28,8 +31,8 @@ import math
 from pathlib import Path
 
 KEYS = ("cotrain/hack_gap", "gen/entropy", "gen/len_mean", "gt/ver_balanced_acc", "ver/balanced_acc", "gt/judge_agree",
-        "ver/format", "eval/test/pass@1")
-GROUND_TRUTH = {"reward_hacking", "judge_drift", "accuracy_drop"}  # and verifier_at_chance where it reads gt/
+        "ver/format", "eval/test/pass@1", "gen/early_stop")
+GROUND_TRUTH = {"reward_hacking", "judge_drift", "accuracy_drop", "early_stopping"}  # and verifier_at_chance where it reads gt/
 
 
 def _values(history: list[dict], key: str) -> list[float]:
@@ -80,6 +83,10 @@ def alarms_due(history: list[dict], settings, label_free: bool = False) -> dict[
     if len(acc) >= 4 and _mean(acc[-2:]) < _mean(acc[:2]) - settings.drop:
         due["accuracy_drop"] = (f"accuracy dropping: in-training pass@1 {_mean(acc[-2:]):.3f} over the last two "
                                 f"evaluations, down from {_mean(acc[:2]):.3f}", True)
+    stops = _values(history, "gen/early_stop")
+    if len(stops) >= 2 * w and _mean(stops[-w:]) > _mean(stops[:w]) + settings.early_stop:
+        due["early_stopping"] = (f"stopping early: {_mean(stops[-w:]):.0%} of the samples end without an answer or with "
+                                 f"fewer steps than needed, up from {_mean(stops[:w]):.0%}", True)
     note = " (ground truth: shown, never trained on)"
     return {name: message + (note if label_free and truth else "")
             for name, (message, truth) in due.items() if name not in fired}
