@@ -173,3 +173,40 @@ def test_ten_thousand_malformed_outputs_through_every_parser():
                 parse(text)
             except Exception as err:  # noqa: BLE001 - the point: nothing may escape
                 pytest.fail(f"{name} raised {type(err).__name__}: {err} on {text[:80]!r}")
+
+
+def test_evaluation_splits_are_checked_before_the_first_step(tmp_path, capsys):
+    """A split named in eval.splits that the task lacks, or one whose file has a broken line, is refused by
+    `check` and `run` in one line (exit 2) before anything trains: no run directory is written. The
+    default splits a task lacks (ood of a jsonl task) are skipped as before."""
+    (tmp_path / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "answer": "4"}\n')
+    (tmp_path / "test.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "ans\n')
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"recipe": "grpo", "model": {"preset": "nano"}, "train": {"steps": 1},
+                                      "task": {"name": "jsonl", "splits": {"train": str(tmp_path / "train.jsonl"),
+                                                                           "test": str(tmp_path / "test.jsonl")}}}))
+    base = [str(config)]
+    for command, extra, named in ((["check"], ["eval.splits=[tset]"], "'tset'"),
+                                  (["run", "--out", str(tmp_path / "run")], ["eval.splits=[tset]"], "did you mean 'test'"),
+                                  (["run", "--out", str(tmp_path / "run")], [], "test.jsonl:2: not valid JSON")):
+        assert main([*command, *base, *extra]) == 2
+        err = [line for line in capsys.readouterr().err.strip().splitlines() if "error" in line]  # (and the data read)
+        assert len(err) == 1 and named in err[0], err
+        assert not (tmp_path / "run").exists()
+
+
+def test_a_user_error_after_checkpoints_says_the_run_can_be_resumed(tmp_path, monkeypatch, capsys):
+    """A run that fails on bad input after it has saved a checkpoint says its checkpoints are kept and
+    --resume goes on from them."""
+    from cotrain import registry
+    from cotrain.recipes import grpo
+
+    def failing(cfg, run_dir, resume=False):
+        (Path(run_dir) / "checkpoints" / "step_1").mkdir(parents=True)
+        raise UserError("eval split 'test': broken")
+
+    monkeypatch.setattr(grpo, "run", failing)
+    assert registry.load("grpo") is grpo
+    assert main(["run", str(REPO / "configs" / "smoke.yaml"), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoints are kept" in err[0] and "--resume" in err[0], err

@@ -24,7 +24,7 @@ from cotrain import registry
 from cotrain.config import RunConfig
 from cotrain.dist import device
 from cotrain.errors import UserError
-from cotrain.eval.evaluate import EVAL_SEED
+from cotrain.eval.evaluate import require_eval_splits
 from cotrain.models.build import load_model, prepare_for_training
 from cotrain.models.generate import generate
 from cotrain.models.prompts import (
@@ -83,11 +83,12 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     # self-play draws its seed questions (`selfplay.seed_questions`), the other recipes `train.n_problems`
     pool, _ = training_pool(task, cfg, cfg.selfplay.seed_questions if "judge" in RECIPES[cfg.recipe].roles
                             else t.n_problems)
-    evaluated = {s: len(task.problems(s, cfg.eval.n, seed=EVAL_SEED)) for s in cfg.eval.splits if s in task.splits}
+    named = "splits" in cfg.eval.model_fields_set  # the default splits a task lacks are skipped, named ones refused
+    evaluated = require_eval_splits(task, cfg.task.name, cfg.eval.splits, cfg.eval.n, named)
     missing = [s for s in cfg.eval.splits if s not in task.splits]
     say(f"task      {cfg.task.name} (splits {', '.join(task.splits)}): training pool {len(pool)} problems; evaluation "
         + (", ".join(f"{s} {n}" for s, n in evaluated.items()) or "none")
-        + (f"; eval splits not in the task, skipped: {', '.join(missing)}" if missing else ""))
+        + (f"; default eval splits not in the task, skipped: {', '.join(missing)}" if missing else ""))
     report["problems"] = {"train": len(pool), **evaluated}
 
     # ------------------------------------------------------------------ models

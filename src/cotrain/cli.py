@@ -39,11 +39,22 @@ def cmd_run(args) -> int:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
     from cotrain import dist
+    from cotrain.eval.evaluate import require_eval_splits
+    from cotrain.train.setup import build_task
 
+    # every evaluation split loads before the first step: a typo or a broken file stops the run now
+    require_eval_splits(build_task(cfg.task), cfg.task.name, cfg.eval.splits, cfg.eval.n,
+                        named="splits" in cfg.eval.model_fields_set)
     dist.init()  # under torchrun: join the process group (one process: nothing)
     main_process, several = dist.is_main(), dist.world() > 1
     try:
         results = registry.load(cfg.recipe).run(cfg, out, resume=args.resume)
+    except UserError as err:
+        dist.close(wait=False)
+        if (Path(out) / "checkpoints").is_dir() and any((Path(out) / "checkpoints").iterdir()):
+            raise UserError(f"{err}; the run's checkpoints are kept in {out}: fix this and add --resume to go on "
+                            "from the last one") from None
+        raise
     except BaseException:
         dist.close(wait=False)
         raise

@@ -1,6 +1,8 @@
 """Generator evaluation per split: greedy pass@1, sampled pass@k (unbiased) and maj@k."""
 from __future__ import annotations
 
+import difflib
+
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cotrain import dist
@@ -78,6 +80,37 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
 def evaluate_generator(model, tokenizer, task: Task, splits: list[str], **kwargs) -> dict[str, dict[str, float]]:
     """{split: metrics} for the requested splits the task has."""
     return {s: evaluate_split(model, tokenizer, task, s, **kwargs) for s in splits if s in task.splits}
+
+
+def require_eval_splits(task: Task, name: str, splits: list[str], n: int, named: bool = True) -> dict[str, int]:
+    """Load every evaluation split before the first training step, so that a typo or a broken data file
+    stops a run at once rather than after its training: {split: problems loaded}.
+
+    Args:
+        name: the task's name, for the message.
+        splits: `eval.splits`.
+        n: `eval.n`, the problems the final evaluation draws.
+        named: the splits were named in the config; the default ones (test, ood) that a task lacks are
+            left out as before.
+
+    Raises:
+        UserError: a named split the task does not have, or a split whose data does not load (one line).
+    """
+    out = {}
+    for split in splits:
+        if split not in task.splits:
+            if not named:
+                continue
+            close = difflib.get_close_matches(split, task.splits, n=1)
+            raise UserError(f"eval.splits names {split!r}, which task {name} does not have (its splits: "
+                            f"{', '.join(task.splits)}){f'; did you mean {close[0]!r}?' if close else ''}")
+        try:
+            out[split] = len(task.problems(split, n, seed=EVAL_SEED))
+        except UserError as err:
+            raise UserError(f"eval split {split!r}: {err}") from None
+        except (OSError, ValueError) as err:  # a file that vanished or does not decode
+            raise UserError(f"eval split {split!r} of task {name} does not load: {err}") from None
+    return out
 
 
 def sample_records(model, tokenizer, task: Task, split: str, *, n: int, max_new_tokens: int, batch_size: int = 256,
