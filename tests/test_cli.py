@@ -254,3 +254,52 @@ def test_every_recipe_smoke_config_runs_to_eval_json_and_resumes(path, tmp_path)
     assert done["generator"]["test"]["n"] > 0
     assert main(args + ["--resume"]) == 0
     assert json.loads((tmp_path / "run" / "eval.json").read_text()) == done
+
+
+def test_the_cli_explains_itself(capsys):
+    """`--version` prints the package's version; a bare `cotrain` prints the help (exit 0); a missing
+    argument names only what is missing; every subcommand's every argument has a line of help; `run` and
+    `check` lead to the config keys, `sweep --help` holds the sweep format; `cotrain keys` lists a section's
+    keys with defaults and descriptions and refuses a section it does not have in one line."""
+    import argparse
+    from importlib.metadata import version
+
+    from cotrain.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"cotrain {version('cotrain')}"
+    assert main([]) == 0 and "COMMAND" in capsys.readouterr().out
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert "required: config " in err and "overrides" not in err and "key.sub" not in err
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [f"{name} {a.dest}" for name, p in sub.choices.items() for a in p._actions
+            if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert not bare, bare
+    assert "cotrain keys" in sub.choices["run"].format_help() and "cotrain keys" in sub.choices["check"].format_help()
+    assert "named arms" in sub.choices["sweep"].format_help().replace("\n", " ")
+    assert main(["keys", "tango"]) == 0
+    out = capsys.readouterr().out
+    assert "tango.credit = 'to_go'" in out and "min-form" in out and "grpo." not in out
+    assert main(["keys", "tang"]) == 2 and "did you mean 'tango'" in capsys.readouterr().err
+
+
+def test_eval_reads_the_task_from_the_run_and_resume_of_a_finished_run_does_nothing(tmp_path, capsys):
+    """`cotrain eval RUN` without --task evaluates on the task (and options) the run recorded; `--resume`
+    on a finished run prints its results and returns at once, evaluating nothing again."""
+    import time
+
+    raw = nano_config("sft", train={"steps": 2, "batch_size": 8}, eval={"splits": ["test"], "n": 8, "k": 0},
+                      checkpoint={"every": 0})
+    cfg = _write(tmp_path, raw)
+    assert main(["run", cfg, "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    before = (tmp_path / "run" / "eval.json").stat().st_mtime_ns
+    t0 = time.perf_counter()
+    assert main(["run", cfg, "--out", str(tmp_path / "run"), "--resume"]) == 0
+    assert time.perf_counter() - t0 < 5 and (tmp_path / "run" / "eval.json").stat().st_mtime_ns == before
+    assert "nothing to resume" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "run" / "final" / "generator"), "--n", "8", "eval.k=0"]) == 0
+    assert json.loads(capsys.readouterr().out)["generator"]["test"]["n"] == 8
+    assert main(["eval", str(tmp_path), "--n", "8"]) == 2 and "pass --task" in capsys.readouterr().err

@@ -38,6 +38,10 @@ def cmd_run(args) -> int:
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
+    if args.resume and (Path(out) / "eval.json").is_file():  # finished: nothing to resume, nothing re-evaluated
+        print(f"{out} has finished (eval.json is written); nothing to resume. Its results:", file=sys.stderr)
+        _print_results(out, json.loads((Path(out) / "eval.json").read_text(encoding="utf-8")))
+        return 0
     from cotrain import dist
     from cotrain.eval.evaluate import require_eval_splits
     from cotrain.train.setup import build_task
@@ -109,6 +113,20 @@ def cmd_check(args) -> int:
     return 0
 
 
+def _recorded_task(checkpoint: str) -> dict:
+    """The `task` section of the run a checkpoint belongs to (config.yaml in it or up to three folders
+    above it: a run dir, a step dir, a model dir)."""
+    from cotrain.config import read_yaml_mapping
+
+    path = Path(checkpoint).resolve()
+    for folder in [path, *path.parents][:4]:
+        if (folder / "config.yaml").is_file():
+            raw = read_yaml_mapping(folder / "config.yaml", "the run's config")
+            if isinstance(raw.get("task"), dict) and raw["task"].get("name"):
+                return raw["task"]
+    raise UserError(f"{checkpoint} records no task (no run config.yaml in it or above it): pass --task NAME")
+
+
 def cmd_eval(args) -> int:
     from cotrain.config import build_config
     from cotrain.dist import device
@@ -121,7 +139,8 @@ def cmd_eval(args) -> int:
 
     flags = [f"eval.splits=[{args.splits}]"] if args.splits else []
     flags += [f"eval.n={args.n}"] if args.n is not None else []
-    cfg = build_config({"task": {"name": args.task}}, list(args.overrides or []) + flags)
+    task_section = {"name": args.task} if args.task else _recorded_task(args.checkpoint)
+    cfg = build_config({"task": task_section}, list(args.overrides or []) + flags)
     model, tokenizer = load_model(resolve_model_dir(args.checkpoint))
     model.to(device())
     cfg.train.bf16, line = resolve_bf16(cfg.train.bf16, [device()])
@@ -361,15 +380,44 @@ def cmd_report(args) -> int:
     return 0
 
 
+KEYS_HELP = ("config keys: `cotrain keys` lists every key with its default and a one-line description "
+             "(`cotrain keys grpo` one section); docs/reference.md#configs explains them")
+OVERRIDES = {"nargs": "*", "metavar": "key.sub=value", "default": []}  # never named as required
+
+
+def cmd_keys(args) -> int:
+    from cotrain.config import describe_keys
+
+    print(describe_keys(args.section))
+    return 0
+
+
+def _sweep_format() -> str:
+    """The sweep file's format: the docstring of runs/sweep.py, read without importing it."""
+    import ast
+
+    source = resources.files("cotrain").joinpath("runs/sweep.py").read_text(encoding="utf-8")
+    return ast.get_docstring(ast.parse(source)) or ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cotrain", description="RL co-training of language models that check each other.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("cotrain")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        release = "unknown (not installed)"
+    p = _Parser(prog="cotrain", description="RL co-training of language models that check each other.",
+                epilog="Start with `cotrain run configs/smoke.yaml --out runs/smoke`; " + KEYS_HELP + ".")
+    p.add_argument("--version", action="version", version=f"cotrain {release}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a config: cotrain run CONFIG.yaml [key.sub=value ...]",
                        description="Run the recipe a config names (`recipe:`), in a run directory.",
-                       epilog="recipes:\n" + registry.listing(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("config")
-    r.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.lr=1e-4")
+                       epilog="recipes:\n" + registry.listing() + "\n\n" + KEYS_HELP + ".",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("config", help="a YAML config: only what differs from the defaults (configs/ has examples)")
+    r.add_argument("overrides", **OVERRIDES, help="dotted overrides, e.g. train.lr=1e-4 (see `cotrain keys`)")
     r.add_argument("--out", help="run directory (overrides out_dir)")
     r.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
     r.set_defaults(fn=cmd_run)
@@ -379,15 +427,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help=("validate a config and start it: load the data and every model, run and grade "
                                       "the first rollout, report sizes, speed and memory"))
-    c.add_argument("config")
-    c.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.path=/path/to/model")
+    c.epilog = KEYS_HELP + "."
+    c.add_argument("config", help="a YAML config, as for `cotrain run`")
+    c.add_argument("overrides", **OVERRIDES, help="dotted overrides, e.g. model.path=/path/to/model")
     c.add_argument("--prompts", type=int, default=2, help="training prompts in the first rollout (default 2)")
     c.add_argument("--max-new-tokens", type=int, help="cap on the first rollout's completion length")
     c.set_defaults(fn=cmd_check)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint: cotrain eval CHECKPOINT --task arith")
     e.add_argument("checkpoint", help="a run dir, a checkpoint dir or a model dir")
-    e.add_argument("--task", required=True)
+    e.add_argument("--task", help=("the task to evaluate on, e.g. arith, countdown, gsm8k (default: the task the "
+                                   "checkpoint's run recorded in its config.yaml, with its options)"))
     e.add_argument("--splits", help="comma-separated splits (default: test,ood)")
     e.add_argument("--n", type=int, help="problems per split")
     e.add_argument("--out", help="write the results to this JSON file")
@@ -395,30 +445,31 @@ def build_parser() -> argparse.ArgumentParser:
                                   "random pick, majority voting and the oracle pass@N, the samples drawn once"))
     e.add_argument("--verifier", action="append", help=("a verifier ([NAME=]run dir, checkpoint or model dir) to judge the checkpoint's "
                                        "samples: its accuracy and the generation-verification gaps; several with --bon"))
-    e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.k=4 task.data_dir=DIR")
+    e.add_argument("overrides", **OVERRIDES, help="dotted overrides, e.g. eval.k=4 task.data_dir=DIR")
     e.set_defaults(fn=cmd_eval)
 
     d = sub.add_parser("demo", help="GRPO against RL Tango in the sparse world from committed starts, evaluated and plotted")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--out", default="runs/demo")
+    d.add_argument("--seed", type=int, default=0, help="the seed of both arms (default 0)")
+    d.add_argument("--out", default="runs/demo", help="the demo's directory: both runs, plots, report (default runs/demo)")
     d.add_argument("--resume", action="store_true", help="continue unfinished stages")
     d.add_argument("--force", action="store_true", help="rerun stages that already finished")
     d.add_argument("--from-scratch", action="store_true",
                    help="make the starts too (SFT, then the verifier's warm-up) instead of reading the committed ones")
-    d.add_argument("overrides", nargs="*", help="dotted overrides applied to both arms (not to --from-scratch's starts)")
+    d.add_argument("overrides", **OVERRIDES, help="dotted overrides applied to both arms (not to --from-scratch's starts)")
     d.set_defaults(fn=cmd_demo)
 
     pl = sub.add_parser("plot", help="PNG curves of one or several runs")
-    pl.add_argument("runs", nargs="+")
-    pl.add_argument("--out", help="output directory")
+    pl.add_argument("runs", nargs="+", help="run directories; several are drawn on shared axes")
+    pl.add_argument("--out", help="output directory (default: each run's own directory for one run)")
     pl.set_defaults(fn=cmd_plot)
 
-    sw = sub.add_parser("sweep", help="a grid of configs x seeds, summarised: cotrain sweep SWEEP.yaml --out DIR")
-    sw.add_argument("sweep", help="sweep file (see cotrain/runs/sweep.py for its format)")
+    sw = sub.add_parser("sweep", help="a grid of configs x seeds, summarised: cotrain sweep SWEEP.yaml --out DIR",
+                        epilog=_sweep_format(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    sw.add_argument("sweep", help="sweep file (its format below; configs/sweeps/ has examples)")
     sw.add_argument("--out", required=True, help="sweep directory: one run dir per cell and seed, and the summary")
     sw.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     sw.add_argument("--dry-run", action="store_true", help="list the runs and whether each is new, to resume or finished")
-    sw.add_argument("overrides", nargs="*", help="dotted overrides applied to every run, e.g. train.steps=50")
+    sw.add_argument("overrides", **OVERRIDES, help="dotted overrides applied to every run, e.g. train.steps=50")
     sw.set_defaults(fn=cmd_sweep)
 
     a = sub.add_parser("archive", help=("keep a run's results in the repository: cotrain archive RUN_DIR "
@@ -447,6 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("paths", nargs="+", help="run, sweep or study directories (results/<study>), in page order")
     rp.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
     rp.set_defaults(fn=cmd_report)
+
+    k = sub.add_parser("keys", help="every config key with its default and description: cotrain keys [SECTION]")
+    k.add_argument("section", nargs="?", help="one section, e.g. grpo, verifier, tango (default: all)")
+    k.set_defaults(fn=cmd_keys)
     return p
 
 
@@ -460,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if extra:
             args.overrides = list(args.overrides or []) + extra
+        if getattr(args, "fn", None) is None:  # a bare `cotrain`: the help, not an error
+            parser.print_help()
+            return 0
         return args.fn(args)
     except UserError as err:
         print(f"cotrain: error: {err}", file=sys.stderr)

@@ -722,6 +722,33 @@ def _check_keys(raw: dict, model: type[BaseModel], prefix: str = "") -> None:
             _check_keys(value, ann, prefix + key + ".")
 
 
+def describe_keys(section: str | None = None) -> str:
+    """Every config key (or one section's), each with its default and its one-line description: what
+    `cotrain keys` prints.
+
+    Raises:
+        UserError: a section the config does not have.
+    """
+    sections = {name: f for name, f in RunConfig.model_fields.items()
+                if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
+    if section is not None and section not in sections:
+        close = difflib.get_close_matches(section, sections, n=1)
+        raise UserError(f"no config section {section!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                        f"sections: {', '.join(sections)}")
+    lines = []
+    if section is None:
+        lines += [f"{name} = {f.default!r}\n    {f.description}" for name, f in RunConfig.model_fields.items()
+                  if name not in sections]
+    for name, f in sections.items():
+        if section not in (None, name):
+            continue
+        lines.append(f"\n[{name}] {f.annotation.__doc__.strip().splitlines()[0] if f.annotation.__doc__ else ''}")
+        for key, sub in f.annotation.model_fields.items():
+            default = sub.default_factory() if sub.default_factory else sub.default
+            lines.append(f"{name}.{key} = {default!r}\n    {sub.description or ''}")
+    return "\n".join(lines).strip("\n")
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Apply `key.sub=value` overrides; values are parsed as YAML scalars/lists."""
     for item in overrides:

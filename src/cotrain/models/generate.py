@@ -8,6 +8,8 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +17,19 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel, StaticCache
 
 from cotrain import dist
+
+
+@functools.cache
+def _cache_keyword(cls: type) -> str:
+    """The name a model class's forward takes its KV cache by: `cache` from transformers 5.24 on (which
+    warns on every call given `past_key_values`), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def with_cache(model, cache) -> dict:
+    """{keyword: cache} for `model`'s forward (a PEFT model is asked through its base model)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_keyword(type(base)): cache}
 
 
 @dataclass
@@ -220,7 +235,7 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
     # sampling inside runs on float32/float64 logits, which autocast leaves alone.
     with autocast(bf16, device):
         logits = model(input_ids=prompt_ids.to(device), attention_mask=attn, position_ids=positions,
-                       past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+                       **with_cache(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]
         next_pos = positions[:, -1] + 1
         if group_size > 1:  # copy each prompt's state to its G rows
             cache.batch_repeat_interleave(group_size)
@@ -273,7 +288,7 @@ def _plain_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, devic
         attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
         with autocast(bf16, device):
             logits = model(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                           past_key_values=cache, use_cache=True).logits[:, -1]
+                           **with_cache(model, cache), use_cache=True).logits[:, -1]
         next_pos = next_pos + 1
 
 
@@ -313,7 +328,7 @@ def _static_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, devi
         attn[:, p + t] = 1
         with autocast(bf16, device):
             logits = forward(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                             past_key_values=static, use_cache=True,
+                             **with_cache(model, static), use_cache=True,
                              cache_position=torch.tensor([p + t], device=device)).logits[:, -1]
         next_pos = next_pos + 1
 
@@ -452,7 +467,7 @@ def _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, dev
         with autocast(bf16, device):
             logits = model(input_ids=ids.to(device), attention_mask=step_attn,
                            position_ids=next_pos[:, None] + torch.arange(width, device=next_pos.device),
-                           past_key_values=cache, use_cache=True).logits                   # [m, w, V]
+                           **with_cache(model, cache), use_cache=True).logits                   # [m, w, V]
         ran_pass = True
 
 
@@ -536,7 +551,7 @@ def group_logprobs(
     cache = DynamicCache()
     with autocast(bf16, device):
         first = model(input_ids=prompt_ids.to(device), attention_mask=p_mask, position_ids=p_pos,
-                      past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # [B, V]
+                      **with_cache(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]  # [B, V]
         cache.batch_repeat_interleave(group_size)
         attn = torch.cat([p_mask.repeat_interleave(group_size, 0), completion_mask.to(device)], dim=1)  # [N, P+T]
         t = completion_ids.shape[1]
@@ -544,7 +559,7 @@ def group_logprobs(
         first = first.repeat_interleave(group_size, 0)[:, None]                                   # [N, 1, V]
         if t > 1:
             rest = model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
-                         position_ids=c_pos[:, :-1], past_key_values=cache, use_cache=True).logits  # [N, T-1, V]
+                         position_ids=c_pos[:, :-1], **with_cache(model, cache), use_cache=True).logits  # [N, T-1, V]
             first = torch.cat([first, rest], dim=1)
     logits = upcast(first) / temperature                                                        # [N, T, V]
     targets = completion_ids.to(device)
