@@ -310,6 +310,12 @@ def test_extract_math_answer(text, expected):
     ("Carla", "Clara", False),  # the same letters in another order
     ("\\text{Clara}", "clara", True),  # \text{} and case aside
     ("infinity", "\\infty", True),  # against a LaTeX constant, math-verify still decides
+    # a gold answer of prose with numbers is compared as text: math-verify reads a number out of it
+    ("1February 3rd", "February 3rd", False),  # a number glued before it
+    ("1Vendor 2", "Vendor 2", False),
+    ("2014", "11:55 p.m. on 24 December 2014.", False),  # its year alone
+    ("february 3rd.", "February 3rd", True),  # case and surrounding punctuation aside
+    ("12", "12\\text{ inches}", True),  # words in a text wrapper: a unit, math-verify decides
 ])
 def test_math_equal(pred, gold, equal):
     assert math_equal(pred, gold) is equal

@@ -141,13 +141,18 @@ def text_answer(text: str) -> str | None:
 def words_equal(pred: str, gold: str) -> bool | None:
     """Whether two answers are equal when one of them is words (`text_answer`), else None (not decided).
 
-    Words equal only the same words (case, surrounding punctuation and `\\text{}` aside): math-verify
+    Words equal only the same words (case, surrounding punctuation and `\\text{}` aside), and so does a gold
+    answer of prose with numbers (two letters in a row outside LaTeX commands and text wrappers): math-verify
     reads "Clara" as the product c*l*a*r*a, so that "Clara1" and "Carla" would equal it. Against an
     answer that is not words, words are unequal unless that answer's letters all belong to LaTeX commands
     ("\\infty", "\\sqrt{2}"): that pair math-verify decides ("infinity" and "\\infty" are equal).
     """
     pred_words, gold_words = text_answer(pred), text_answer(gold)
     if pred_words is None and gold_words is None:
+        if _TWO_LETTERS.search(_LATEX_COMMAND.sub("", _TEXT_WRAPPER.sub("", gold))):
+            # a gold answer of prose with numbers ("February 3rd", "Vendor 2", "11:55 p.m. on 24 December 2014"):
+            # the same text or nothing; math-verify reads a number out of it ("1February 3rd" equal, any "2014")
+            return normal_text(pred) == normal_text(gold)
         return None
     if pred_words is not None and gold_words is not None:
         return pred_words == gold_words
