@@ -328,3 +328,44 @@ def test_codeworld_formats_references_and_splits():
     assert task.grade("return (", train[0]) == 0.0 and task.grade(None, train[0]) == 0.0
     assert task.extract_answer(" return x \n") == "return x"
 
+
+
+def test_correct_programs_right_after_a_fork_bomb_on_a_loaded_machine_pass():
+    """Right after a fork bomb is stopped its processes linger under the sandbox's user for a moment, and
+    bubblewrap cannot create a new program's namespaces then ("Resource temporarily unavailable"). With two
+    busy processes holding the cores, twice: a fork bomb, then at once 8 correct programs. Every one must
+    pass: a program the sandbox could not start is started again after those processes are gone (counted
+    in `Run.retries` and `sandbox.RETRIES`), never graded as failing."""
+    import multiprocessing
+
+    bomb = ("import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n"
+            "        except OSError:\n            pass\n")
+    busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(2)]
+    for p in busy:
+        p.start()
+    try:
+        results = []
+        for _ in range(2):
+            assert run(bomb).status in ("timeout", "crash")
+            results += [run("def f(x):\n    return x + 1\n") for _ in range(8)]
+    finally:
+        for p in busy:
+            p.terminate()
+    assert [r.status for r in results] == ["ok"] * 16, [(r.status, r.detail) for r in results]
+    assert all(sandbox.passed(r, [2]) == [True] for r in results)
+    assert sum(r.retries for r in results) <= sandbox.RETRIES["starts"]
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def test_a_sandbox_that_cannot_start_a_program_is_told_from_the_program_failing():
+    """bubblewrap's own complaint, with no line from the harness, is the sandbox failing; a program that
+    crashed after loading, or printed the same words itself after the harness spoke, is not."""
+    refused = "bwrap: Creating new namespace failed: Resource temporarily unavailable\n"
+    assert sandbox._not_started(1, "", refused)
+    assert not sandbox._not_started(1, '{"loaded": true}\n', refused)      # the program ran
+    assert not sandbox._not_started(0, "", refused)                       # it exited cleanly
+    assert not sandbox._not_started(1, "", "Traceback ...\nZeroDivisionError\n")

@@ -109,17 +109,31 @@ class Run:
     Attributes:
         status: "ok" (every call returned or raised), "load_error" (the source did not define the
             function), "timeout" (wall or CPU limit), "memory", "output_limit" (it wrote more than
-            `file_mb`), or "crash" (it died otherwise, or ended before answering every call).
+            `file_mb`), "crash" (it died otherwise, or ended before answering every call), or
+            "sandbox_error" (the sandbox could not start it, `START_RETRIES` times: not the program's doing).
         outputs: per input, {"ok": True, "value": v} (or "repr" for a value JSON cannot hold),
             {"ok": False, "error": name} for a call that raised, or None for a call never answered.
         detail: a short reason (the load error, the signal, the tail of stderr).
         wall_s: seconds the run took.
+        retries: the times it was started again because the sandbox could not start it.
     """
 
     status: str
     outputs: list = field(default_factory=list)
     detail: str = ""
     wall_s: float = 0.0
+    retries: int = 0
+
+
+START_RETRIES = 4
+"""Times a program the sandbox could not start (bubblewrap refused to create its namespaces) is started
+again, each after the processes of the sandbox's user are gone (a fork bomb's processes linger a moment
+after it is killed, and count against the process limit that namespace creation needs): a program that
+never started is never graded as the program's failure. Past these, its status is "sandbox_error"."""
+
+RETRIES = {"starts": 0, "failed": 0}
+"""Programs started again since the process began, and programs that never started (read by the
+recipes that run code: `sandbox/retries`)."""
 
 
 def isolation() -> str:
@@ -199,26 +213,65 @@ def run_program(code: str, entry: str, inputs: list[list], limits: Limits = Limi
             cwd = work
         out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         user = SANDBOX_UID + slot if os.geteuid() == 0 else None
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            try:
-                proc = subprocess.Popen(_limited(command, limits, user is not None), stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=err, cwd=cwd, env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"},
-                                        start_new_session=True, user=user, group=user,
-                                        extra_groups=[] if user is not None else None, close_fds=True)
-            except OSError as e:
-                return Run("crash", [None] * len(inputs), f"could not start: {e}", time.monotonic() - t0)
-            timed_out = False
-            try:
-                proc.wait(timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            _kill_group(proc)
-        flooded = max(os.path.getsize(out_path), os.path.getsize(err_path)) >= limits.file_mb << 20
-        stdout = _read_head(out_path, limits.file_mb << 20)
-        stderr = _read_tail(err_path, 2000)
-    if test is not None:
-        return _recorded(proc.returncode, timed_out, flooded, stdout, stderr, time.monotonic() - t0)
-    return _verdict(proc.returncode, timed_out, flooded, stdout, stderr, len(inputs), time.monotonic() - t0)
+        for retries in range(START_RETRIES + 1):
+            if retries:  # the sandbox could not start it: wait for its user's last processes to go, then again
+                RETRIES["starts"] += 1
+                _wait_for_processes(user, 0.05 * 2 ** retries)
+            started = _start(command, limits, user, cwd, out_path, err_path)
+            if isinstance(started, str):  # not even spawned
+                return Run("crash", [None] * len(inputs), started, time.monotonic() - t0, retries)
+            returncode, timed_out = started
+            flooded = max(os.path.getsize(out_path), os.path.getsize(err_path)) >= limits.file_mb << 20
+            stdout = _read_head(out_path, limits.file_mb << 20)
+            stderr = _read_tail(err_path, 2000)
+            if not _not_started(returncode, stdout, stderr):
+                break
+        else:
+            RETRIES["failed"] += 1
+            return Run("sandbox_error", [None] * len(inputs), f"the sandbox could not start it {START_RETRIES + 1} times: "
+                       f"{stderr.strip().splitlines()[-1][:200] if stderr.strip() else returncode}",
+                       time.monotonic() - t0, retries)
+    run = (_recorded(returncode, timed_out, flooded, stdout, stderr, time.monotonic() - t0) if test is not None
+           else _verdict(returncode, timed_out, flooded, stdout, stderr, len(inputs), time.monotonic() - t0))
+    run.retries = retries
+    return run
+
+
+def _start(command: list[str], limits: Limits, user: int | None, cwd: str | None, out_path: str,
+           err_path: str) -> tuple[int, bool] | str:
+    """Run `command` under the limits to its end or its wall-clock limit (its whole process group killed
+    then): (return code, timed out), or why it could not even be spawned."""
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(_limited(command, limits, user is not None), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, cwd=cwd, env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"},
+                                    start_new_session=True, user=user, group=user,
+                                    extra_groups=[] if user is not None else None, close_fds=True)
+        except OSError as e:
+            return f"could not start: {e}"
+        timed_out = False
+        try:
+            proc.wait(timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_group(proc)
+    return proc.returncode, timed_out
+
+
+def _not_started(returncode: int, stdout: str, stderr: str) -> bool:
+    """Whether the sandbox itself failed before the program ran: bubblewrap (or prlimit) exited with its
+    own complaint and the harness never wrote a line (it writes one as soon as the program is loaded)."""
+    lines = stderr.strip().splitlines()
+    return returncode != 0 and not stdout.strip() and bool(lines) and lines[-1].startswith(("bwrap:", "prlimit:"))
+
+
+def _wait_for_processes(user: int | None, pause: float, timeout: float = 10.0) -> None:
+    """Sleep `pause`, then until `user` has no process left (at most `timeout` seconds; without a user of
+    the sandbox's own, the pause alone)."""
+    time.sleep(pause)
+    deadline = time.monotonic() + timeout
+    while user is not None and _count_processes(user) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def run_many(jobs: list[tuple[str, str, list[list]]], limits: Limits = Limits(), workers: int | None = None) -> list[Run]:

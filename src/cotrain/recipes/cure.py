@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import torch
 
+from cotrain import sandbox
 from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.rl.cure import case_rewards, code_rewards, normalise
@@ -101,7 +102,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     eval_at_start(cfg, session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
-        timer = StepTimer()
+        timer, restarts = StepTimer(), sandbox.RETRIES["starts"]
         # -------------------------------------------------------------- codes and tests
         problems = sample_batch(pool, n_prompts, cfg.seed, step)                        # [B]
         questions = [p.question for p in problems]
@@ -163,6 +164,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **{f"test/{k}": v for k, v in tst.items() if "tokens" not in k},
             **rollout_metrics("gen", ro), **rollout_metrics("test", tro),
             **matrix_metrics(matrices, prefix="gt/"),
+            "sandbox/retries": sandbox.RETRIES["starts"] - restarts,  # programs the sandbox had to start again
             **compute.metrics(),
         }
         metrics["test/parsable"] = metrics.pop("gt/test_parsable")  # the tester's own output: no label in it
