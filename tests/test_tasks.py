@@ -801,6 +801,32 @@ def test_wordproblems_splits():
     assert max(int(p.answer) for p in ood) > 100 >= max(int(p.answer) for p in test)
 
 
+def test_wordproblems_steps_are_judged_against_their_story():
+    """Worked by hand on "Mia has 7 pencils. She gets 5 more pencils. She gives away 4 pencils." (reference
+    7 + 5 = 12, 12 - 4 = 8): an equation that holds on numbers the story never gave is an "operand" fault,
+    one that adds what she loses an "operation" fault, a false one an "arithmetic" fault; an error carried
+    forward is one wrong step; prose is right; the equation check alone passes every true equation."""
+    from cotrain.tasks.base import Problem
+    from cotrain.tasks.wordproblems import WordProblemsTask, equation_labels
+
+    task = WordProblemsTask()
+    problem = Problem(question="Mia has 7 pencils. She gets 5 more pencils. She gives away 4 pencils. How many "
+                      "pencils does Mia have now?", answer="8", steps=("7 + 5 = 12", "12 - 4 = 8"))
+    rows = [  # steps, faults
+        (["7 + 5 = 12", "12 - 4 = 8"], [None, None]),
+        (["7 + 6 = 13", "13 - 4 = 9"], ["operand", None]),        # 6 is nowhere in the story; 13 then is
+        (["7 + 5 = 12", "12 + 4 = 16"], [None, "operation"]),     # she gives 4 away, not gets
+        (["7 + 5 = 13", "13 - 4 = 9"], ["arithmetic", None]),     # carried forward: one wrong step
+        (["7 * 5 = 35"], ["operation"]),                          # no product in this story
+        (["She starts with 7.", "7 + 5 = 12 and 12 - 4 = 8"], [None, None]),
+        (["12 - 4 = 8"], ["operand"]),                            # 12 before it was stated
+    ]
+    for steps, faults in rows:
+        assert task.step_kinds(problem, steps) == faults, steps
+        assert task.step_labels(problem, steps) == [f is None for f in faults], steps
+    assert equation_labels(["7 + 6 = 13", "12 + 4 = 16"]) == [True, True]
+
+
 def test_wordproblems_corrupt_injects_a_wrong_result_at_the_step_asked_and_labels_find_it():
     """A corrupted reference states a wrong result (1 to 3 off) at step k alone, later steps compute
     from it, its final answer grades 0; step labels mark exactly the corrupted steps; references are

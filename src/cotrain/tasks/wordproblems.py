@@ -17,10 +17,14 @@ below zero. The reference solution writes each step as `a op b = c`, then `#### 
 is graded by its final answer (`extract_gsm8k_answer`: after `####`, else the last `\\boxed{}`, else
 the last number), compared exactly.
 
-Process labels (the verifier's warm-up and its held-out injected errors): `corrupt` states a wrong
-result at chosen steps of the reference solution, later steps computing correctly from it;
-`step_labels` marks a step wrong when an equation `a op b = c` in it does not hold (a step with no
-equation, prose, counts as right: there is nothing in it to check).
+Process labels (the verifier's warm-up and its held-out injected errors, the oracle verifier): `corrupt`
+states a wrong result at chosen steps of the reference solution, later steps computing correctly from it;
+`step_labels` judges each step against what the story allows (`story_step_faults`): every equation
+`a op b = c` in it must take its operands from the story's quantities or the results stated before it
+(right or wrong: an error carried forward is one wrong step), do an operation the story calls for (the
+product of the two factors it names; adding an amount it gains; taking away an amount it loses), and hold.
+A step with no equation, prose, counts as right: there is nothing in it to check. (`equation_labels`
+checks only that the equations hold: a true equation on the wrong numbers passes it.)
 
 Splits: `train` and `test` draw from the same distribution and never share a question (a stable hash
 puts about 1 in 10 questions in `test`); `ood` has numbers up to `ood_max_number` (default 3x larger)
@@ -92,10 +96,66 @@ def draw_problem(rng: random.Random, n_steps: int, max_number: int) -> Problem:
 _EQUATION = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)")
 
 
-def step_labels(steps: tuple[str, ...] | list[str]) -> list[bool]:
+STEP_FAULTS = ("operand", "operation", "arithmetic")
+"""How a step goes wrong against its story, the first that applies: an operand that is neither a quantity
+of the story nor a result stated before; an operation the story does not call for; a false equation."""
+
+
+def equation_labels(steps: tuple[str, ...] | list[str]) -> list[bool]:
     """Per step: False when an equation `a op b = c` in it does not hold, else True. Never raises."""
     return [all(APPLY[op](int(a), int(b)) == int(c) for a, op, b, c in _EQUATION.findall(str(step)[:1000]))
             for step in steps]
+
+
+step_labels = equation_labels
+"""The equation check alone (the name older callers use); the task's own labels are `story_step_faults`."""
+
+
+def _events(problem: Problem) -> tuple[set[frozenset], set[int], set[int]]:
+    """What the story calls for, read off its reference steps: (the factor pairs of its product, the
+    amounts it gains, the amounts it loses)."""
+    products, gains, losses = set(), set(), set()
+    for step in problem.steps:
+        m = _EQUATION.fullmatch(step.strip())
+        if m is None:
+            continue
+        a, op, b = int(m[1]), m[2], int(m[3])
+        if op == "*":
+            products.add(frozenset((a, b)))
+        else:
+            (gains if op == "+" else losses).add(b)
+    return products, gains, losses
+
+
+def story_step_faults(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str | None]:
+    """Each step judged against its story: None when right, else its first fault (`STEP_FAULTS`) over the
+    equations in it, in order. Operands must be quantities of the question or results stated before
+    (earlier steps', or earlier in the same step); `*` must multiply the story's two factors, `+` add an
+    amount it gains (either side), `-` take away an amount it loses. Never raises.
+
+    Example: "Mia has 7 pencils. She gets 5 more pencils. ..." (reference `7 + 5 = 12`): "7 + 5 = 12" is
+    right; "7 + 6 = 13" takes 6 from nowhere ("operand"); "7 - 5 = 2" loses what she gains ("operation");
+    "7 + 5 = 13" is false ("arithmetic"); "12 + 0 = 12" after it takes 0 from nowhere.
+    """
+    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
+    products, gains, losses = _events(problem)
+    available = set(quantities)
+    out = []
+    for step in steps:
+        fault = None
+        for a, op, b, c in _EQUATION.findall(str(step)[:1000]):
+            a, b, c = int(a), int(b), int(c)
+            if fault is None:
+                if a not in available or b not in available:
+                    fault = "operand"
+                elif not (op == "*" and frozenset((a, b)) in products or op == "+" and (a in gains or b in gains)
+                          or op == "-" and b in losses):
+                    fault = "operation"
+                elif APPLY[op](a, b) != c:
+                    fault = "arithmetic"
+            available.add(c)
+        out.append(fault)
+    return out
 
 
 def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
@@ -185,8 +245,12 @@ class WordProblemsTask:
         return corrupt_solution(problem, k, rng)
 
     def step_labels(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[bool]:
-        """See `step_labels` (module level): whether each step's equations hold."""
-        return step_labels(steps)
+        """Whether each step is right against its story (`story_step_faults`)."""
+        return [fault is None for fault in story_step_faults(problem, steps)]
+
+    def step_kinds(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str | None]:
+        """Each step's fault against its story (`story_step_faults`), None for a right step."""
+        return story_step_faults(problem, steps)
 
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the completion's final answer is the problem's integer, else 0.0. Never raises."""
