@@ -341,3 +341,19 @@ def test_the_cli_refuses_an_oracle_where_no_step_verdicts_are_read(tmp_path):
         assert proc.returncode == 2 and len(lines) == 1 and named in lines[0], proc.stderr[-500:]
     with pytest.raises(Exception, match="set verifier.source: noisy"):
         build_config(nano_config("tango", verifier={"noise_fp": 0.1}))
+
+
+def test_an_oracle_run_without_steps_measures_its_world_for_the_worlds_table(sft_run, tmp_path):
+    """`verifier.source: oracle` with `train.steps: 0` samples k of each evaluation problem and writes what
+    its world looks like through the oracle (eval.json `oracle`): all-wrong groups, where failed samples
+    first go wrong, the oracle's verdicts agreeing with the truth; `cotrain study --worlds` reads it."""
+    from cotrain.analysis.study import world_table
+
+    raw = tango_config(sft_run[0], verifier={"source": "oracle"}, train={"steps": 0},
+                       eval={"k": 4, "n_sampled": 12, "every": 0, "n": 10})
+    run_recipe(build_config(raw), tmp_path / "worlds" / "nano")
+    m = json.loads((tmp_path / "worlds" / "nano" / "eval.json").read_text())["oracle"]["test"]
+    assert 0 <= m["all_wrong@4"] <= 1 and m["accuracy"] == 1.0 and m["n"] == 48
+    if m.get("process/n_failed"):
+        assert m["process/first_rejected_match"] == 1.0
+    assert "| nano |" in world_table(tmp_path / "worlds")

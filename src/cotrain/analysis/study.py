@@ -680,7 +680,8 @@ def world_table(worlds_dir: str | Path, split: str = "test") -> str:
     if not found:
         raise UserError(f"{worlds_dir}: no <world>/eval.json")
     for ev in found:
-        m = json.loads(ev.read_text(encoding="utf-8")).get("verifier_warmup", {}).get(split, {})
+        data = json.loads(ev.read_text(encoding="utf-8"))  # the warmed-up verifier's, or the oracle's measurement
+        m = (data.get("verifier_warmup") or data.get("oracle") or {}).get(split, {})
         rows.append(world_row(ev.parent.name, m)[0])
     return "\n".join(rows)
 

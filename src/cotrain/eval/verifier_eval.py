@@ -137,7 +137,8 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     (`caught_by_kind`) and where wrong samples first go wrong (`process_localisation`).
 
     Args:
-        verifiers: {name: (model, tokenizer)}.
+        verifiers: {name: (model, tokenizer)}, or {name: judge} with judge(problems, texts, correct) -> the
+            verifications, for verdicts that come from elsewhere (the oracle of `verifier.source`).
 
     Returns:
         {name: metrics}.
@@ -153,9 +154,10 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     answers = [task.extract_answer(t) for t in texts]
     equal = getattr(task, "answers_equal", None)
     out = {}
-    for name, (model, tokenizer) in verifiers.items():
-        parsed = verify_batched(model, tokenizer, [p.question for p in flat_problems], texts, batch_size=batch_size,
-                                greedy=True, max_new_tokens=ver_max_new_tokens, bf16=bf16)
+    for name, verifier in verifiers.items():
+        parsed = (verifier(flat_problems, texts, correct) if callable(verifier) else
+                  verify_batched(*verifier, [p.question for p in flat_problems], texts, batch_size=batch_size,
+                                 greedy=True, max_new_tokens=ver_max_new_tokens, bf16=bf16))
         scores = [verifier_score(v) for v in parsed]
         m = verdict_metrics([v.final for v in parsed], correct, scores)
         groups = [range(j * k, (j + 1) * k) for j in range(len(problems))]

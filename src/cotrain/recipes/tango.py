@@ -95,6 +95,7 @@ from cotrain.train.verifier import (
     cotrain_monitors,
     final_verifier_results,
     mean_metrics,
+    oracle_results,
     require_process_labels,
     step_monitors,
     verdict_process_advantages,
@@ -129,8 +130,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     if not oracle:  # the verifier, on its model config's device, with its optimizer over its RL steps
-        roles["verifier"] = build_verifier(cfg, frozen)
-        verifier, vtok = roles["verifier"][:2]
+        verifier, vtok, *_ = roles["verifier"] = build_verifier(cfg, frozen)
     warmed = oracle or resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
     compute = Compute({"gen": model.num_parameters(), "ver": 0 if oracle else verifier.num_parameters()},
@@ -229,7 +229,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                                                            "alpha_trust": trust, **({} if oracle else ver_rl.state())})
 
     # ------------------------------------------------------------------ final evaluation
-    results = {} if oracle else final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout)
+    results = (oracle_results(cfg, task, (model, tokenizer)) if oracle else
+               final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout))
     results["compute"] = compute.summary()
     return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models=None if oracle else {"verifier": (verifier, vtok)})

@@ -425,6 +425,26 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
 # ---------------------------------------------------------------------- final evaluation
 
 
+def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
+    """The world the final generator faces, measured through the oracle's verdicts (eval.json `oracle`): on
+    `eval.n_sampled` problems of the first eval split, k samples each, the share of all-wrong groups
+    (`all_wrong@k`), where failed samples first go wrong (`process/first_false_not_last`), and what
+    `evaluate_verifiers` reports of the verdicts (noisy: at its rates). A run with `train.steps: 0` so
+    measures a start for `cotrain study --worlds` at the cost of the samples alone."""
+    split, ekw = cfg.eval.splits[0], eval_kwargs(cfg)
+    if split not in task.splits:
+        return {}
+
+    def judge(problems, texts, correct):
+        return oracle_verifications(task, problems, texts, correct, cfg.verifier, derive_seed(cfg.seed, "oracle-eval"))
+
+    scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=cfg.eval.n_sampled or cfg.tango.eval_n,
+                                k=cfg.eval.k, temperature=cfg.eval.temperature, gen_max_new_tokens=ekw["max_new_tokens"],
+                                ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=ekw["batch_size"],
+                                bf16=cfg.train.bf16)
+    return {name: {split: m} for name, m in scored.items()}
+
+
 def final_verifier_results(cfg: RunConfig, session: Session, task, generator: tuple, verifier: tuple,
                            heldout: list) -> dict:
     """The trained and the warmed-up verifier side by side (eval.json entries `verifier` and
