@@ -1,5 +1,6 @@
 """The CLI: every user error is one line on stderr and exit code 2; eval and plot commands."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -303,3 +304,22 @@ def test_eval_reads_the_task_from_the_run_and_resume_of_a_finished_run_does_noth
     assert main(["eval", str(tmp_path / "run" / "final" / "generator"), "--n", "8", "eval.k=0"]) == 0
     assert json.loads(capsys.readouterr().out)["generator"]["test"]["n"] == 8
     assert main(["eval", str(tmp_path), "--n", "8"]) == 2 and "pass --task" in capsys.readouterr().err
+
+
+def test_what_a_run_will_cost_by_hand(capsys):
+    """A step's rollout of 2 s taken as 2/3 of a step: 3 s a step, 180 s for 60 steps. One trained model of
+    100 parameters: a checkpoint holds 400 bytes of weights and 800 of AdamW's two fp32 states, 1,200;
+    with one kept and the final model's 400, 1,600 on disk. 60 steps x 4 prompts over 15 problems: 16
+    passes. `cotrain check` prints these lines."""
+    from cotrain.check import cost_line, run_cost
+
+    cost = run_cost(2.0, 60, 4, 15, 1, {"generator": {"parameters": 100, "trainable": 100}})
+    assert cost == pytest.approx({"step_s": 3.0, "total_s": 180.0, "checkpoint_bytes": 1200.0, "disk_bytes": 1600.0,
+                                  "epochs": 16.0})
+    line = cost_line(cost, 60, 4)
+    assert "about 3 s a step" in line and "3 min for 60 steps" in line and "16 passes over the training" in line
+    repo = Path(__file__).resolve().parents[1]
+    assert main(["check", str(repo / "configs" / "smoke.yaml"), "model.preset=nano", "--prompts", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"cost      about [\d.]+ (s|min|h) a step .* for 20 steps", out), out
+    assert re.search(r"disk: [\d.]+ MiB a checkpoint", out), out

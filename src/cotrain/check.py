@@ -202,8 +202,65 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         where = f"{peak / 2**30:.2f} GiB (peak RSS of this process, CPU)"
     report["peak_memory_bytes"] = peak
     say(f"memory    peak {where}; a training update needs more, see configs/real/README.md")
+
+    # ------------------------------------------------------------------ what the run will cost
+    # a whole step's rollout, timed warm (the first rollout above paid the warm-up): the run's pace
+    step_ids = encode_generator_prompts(tok, [p.question for p in sample_batch(pool, per_step, cfg.seed, 1)])
+    _sync(dev)
+    start = time.perf_counter()
+    generate(model, step_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+             temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
+             seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
+    _sync(dev)
+    report["cost"] = run_cost(time.perf_counter() - start, t.steps, per_step, len(pool), cfg.checkpoint.keep_last,
+                              {role: model_info(m, tk) for role, (m, tk, _) in roles.items()})
+    say(cost_line(report["cost"], t.steps, per_step) + (f" (its rollout capped at {limit} new tokens: more in the run)"
+                                                        if limit != config_limit else ""))
     say("ok")
     return report
+
+
+ROLLOUT_SHARE = 2 / 3
+"""The rollout's share of a step taken by `run_cost` (published GRPO step breakdowns: 60-72%)."""
+
+
+def run_cost(rollout_s: float, steps: int, per_step: int, pool: int, keep_last: int,
+             roles: dict[str, dict]) -> dict[str, float]:
+    """What a run will cost, estimated from the first rollout and the models' sizes.
+
+    Args:
+        rollout_s: a whole step's rollout, measured.
+        steps: the run's steps; per_step: prompts per step; pool: its training problems.
+        keep_last: checkpoints kept at once (`checkpoint.keep_last`).
+        roles: `model_info` of each model the run trains.
+
+    Returns:
+        `step_s`: seconds a step, the rollout over `ROLLOUT_SHARE`; `total_s` = steps x step_s (evaluation
+        aside); `checkpoint_bytes`: one checkpoint, each model's weights (4 bytes a parameter) and AdamW's two
+        fp32 states of its trainable parameters; `disk_bytes` = keep_last checkpoints and the final models;
+        `epochs`: passes over the training problems (steps x per_step / pool).
+    """
+    weights = sum(4 * r["parameters"] for r in roles.values())
+    states = sum(8 * r["trainable"] for r in roles.values())
+    step_s = rollout_s / ROLLOUT_SHARE
+    return {"step_s": step_s, "total_s": step_s * steps, "checkpoint_bytes": float(weights + states),
+            "disk_bytes": float(keep_last * (weights + states) + weights), "epochs": steps * per_step / max(pool, 1)}
+
+
+def cost_line(cost: dict[str, float], steps: int, per_step: int) -> str:
+    """`run_cost` as the lines `cotrain check` prints."""
+    def gib(n: float) -> str:
+        return f"{n / 2**30:.2f} GiB" if n >= 2**27 else f"{n / 2**20:.1f} MiB"
+
+    def hms(s: float) -> str:
+        return f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
+
+    return (f"cost      about {hms(cost['step_s'])} a step (a whole step's rollout of {per_step} prompts, timed, taken as "
+            f"{ROLLOUT_SHARE:.0%} of a step; a co-training step adds its verifier's), {hms(cost['total_s'])} for "
+            f"{steps} steps before evaluation\n"
+            f"          disk: {gib(cost['checkpoint_bytes'])} a checkpoint (weights and optimizer states), "
+            f"{gib(cost['disk_bytes'])} with those kept and the final models; {steps} steps x {per_step} prompts "
+            f"are {cost['epochs']:.2g} passes over the training problems")
 
 
 def first_rollout(cfg: RunConfig) -> dict:
