@@ -1,7 +1,7 @@
 """The CLI: every user error is one line on stderr and exit code 2; eval and plot commands."""
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -169,6 +169,26 @@ def test_demo_contract(tmp_path, capsys, monkeypatch):
     assert "tango's verifier co-trained, greedy verdicts on 8 of the final generator's samples" in printed
     assert "documented (results/sparse," in printed and "greedy pass@1 on test after 100 steps" in printed
     assert "documented (results/sparse_fp32," in printed and "tango_auto − grpo" in printed
+    # the report opens with what the demo found: the comparison, its interval, the machine, the README's study
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.index('id="summary"') < html.index("<section class=") and 'id="summary-figure"' in html
+    assert 'id="study-2-sparse"' in html  # the headline study the README quotes, not another
+    from selenium.webdriver.common.by import By
+
+    from tests.test_report import _browser
+
+    browser = _browser()
+    try:
+        browser.get((out / "report.html").resolve().as_uri())
+        first = browser.find_element(By.CSS_SELECTOR, "body > section")
+        assert first.get_attribute("id") == "summary"
+        items = [li.text for li in first.find_elements(By.TAG_NAME, "li")]
+        assert items[0].startswith("Compared: grpo and tango from one committed start, seed 3, 2 generator steps")
+        assert re.match(r"tango − grpo on test: [+-]\d+\.\d points \[[+-]\d+\.\d, [+-]\d+\.\d\]", items[1]), items
+        assert any(i.startswith("documented over seeds (results/sparse): tango − grpo") for i in items), items
+        assert "family/model" in items[0] and ("bf16 autocast" in items[0] or "fp32" in items[0])  # the machine
+    finally:
+        browser.quit()
     assert main(["demo", "--seed", "3", "--out", str(out), *DEMO_SMALL]) == 0
     assert "already finished" in capsys.readouterr().out
 

@@ -62,3 +62,14 @@ def test_plan_criteria(test, ood, gain, vs_tango, expected):
     got = plan_criteria(test, ood, gain, vs_tango)
     assert [c.name for c in got] == ["minimum", "good", "great", "excellent"]
     assert [c.holds for c in got] == expected
+
+
+def test_the_difference_of_two_accuracies_on_the_same_problems_by_hand():
+    """0.15 and 0.17 over 500 problems: +0.02, half-width 1.96 x sqrt((0.15 x 0.85 + 0.17 x 0.83) / 500)
+    = 1.96 x sqrt(0.2686 / 500) = 1.96 x 0.023178 = 0.04543; no problems, no interval."""
+    from cotrain.stats import difference_ci95
+
+    d, lo, hi = difference_ci95(0.15, 0.17, 500)
+    assert d == pytest.approx(0.02) and lo == pytest.approx(0.02 - 0.045429, abs=1e-5)
+    assert hi == pytest.approx(0.02 + 0.045429, abs=1e-5)
+    assert math.isnan(difference_ci95(0.1, 0.2, 0)[1])

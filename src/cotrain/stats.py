@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
 # Two-sided 95% intervals: the 97.5% quantile of Student's t for df = 1..30; beyond 30, the normal's 1.96.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
@@ -81,6 +80,18 @@ class Criterion:
     holds: bool | None
     rule: str
     figures: str
+
+
+def difference_ci95(p_a: float, p_b: float, n: int) -> tuple[float, float, float]:
+    """p_b − p_a of two accuracies over the same n problems, with a two-sided 95% interval that treats the
+    two as independent (normal approximation: sqrt(p_a(1-p_a)/n + p_b(1-p_b)/n) x 1.96), which is wider
+    than the paired one the per-problem outcomes would give. One seed's interval: it says nothing of how
+    another seed would land. Returns (difference, lo, hi); nan bounds for n = 0."""
+    d = p_b - p_a
+    if n <= 0:
+        return d, math.nan, math.nan
+    half = 1.959964 * math.sqrt((p_a * (1 - p_a) + p_b * (1 - p_b)) / n)
+    return d, d - half, d + half
 
 
 def _holds(*conditions: float) -> bool | None:

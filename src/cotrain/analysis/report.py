@@ -28,8 +28,20 @@ from pathlib import Path
 import yaml
 
 from cotrain.analysis.plot import load_metrics, plot_runs
-from cotrain.analysis.study import VERDICT, add_shared_warmups, best_of_n_by_arm, bon_table, build_start, load_study
-from cotrain.analysis.study import judge_table, plot_bon, plot_judge, plot_study, study_criteria, study_table
+from cotrain.analysis.study import (
+    VERDICT,
+    add_shared_warmups,
+    best_of_n_by_arm,
+    bon_table,
+    build_start,
+    judge_table,
+    load_study,
+    plot_bon,
+    plot_judge,
+    plot_study,
+    study_criteria,
+    study_table,
+)
 from cotrain.errors import UserError
 
 STYLE = """
@@ -46,8 +58,9 @@ nav a { margin-right: 12px; } .alarm { color: #a4161a; font-weight: 600; }
 """
 
 
-def build_report(paths: list[str | Path], out: str | Path) -> Path:
-    """Write the report of `paths` (run, sweep or study directories, in that order on the page) to `out`.
+def build_report(paths: list[str | Path], out: str | Path, summary: tuple[list[str], Path | None] | None = None) -> Path:
+    """Write the report of `paths` (run, sweep or study directories, in that order on the page) to `out`;
+    with `summary` (lines of what was found, a figure or None), that first, as the page's opening section.
 
     Raises:
         UserError: a path that is not a directory, or that holds no run, sweep or study.
@@ -67,11 +80,19 @@ def build_report(paths: list[str | Path], out: str | Path) -> Path:
             toc.append(f'<a href="#{kind}-{slug}">{_e(path.name)}</a>')
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>cotrain report</title>'
             f'<style>{STYLE}</style></head><body><h1>cotrain report</h1>'
+            f'{_summary_section(*summary) if summary else ""}'
             f'<p>{_e(_page_provenance())}</p><nav>{"".join(toc)}</nav>{"".join(sections)}</body></html>')
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def _summary_section(lines: list[str], figure: Path | None) -> str:
+    """The page's opening: what was compared, what won, by how much, on which machine; then the figure."""
+    items = "".join(f"<li>{_e(line)}</li>" for line in lines)
+    shown = _figure("summary-figure", figure, figure.name) if figure is not None and figure.is_file() else ""
+    return f'<section id="summary"><h2>What this found</h2><ul>{items}</ul>{shown}</section>'
 
 
 def _expand(paths) -> list[Path]:
