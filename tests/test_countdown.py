@@ -288,7 +288,9 @@ def test_process_localisation_worked_by_hand():
     """Four samples of W: one right (skipped), one whose first false step is the first (of 3) and whose
     verification rejects that step first, one that goes wrong at its last step and whose verification
     rejects step 2 first, and one with a verification of the wrong length. Wrong samples with a false
-    step: 3; first false step not the last: 2 of 3; first rejected step = first false step: 1 of 3."""
+    step: 3; first false step not the last: 2 of 3; first rejected step = first false step: 1 of 3. Steps
+    after a first false step: the second sample's two (right: it goes on from the waypoint), the fourth's
+    two (false: each misses its waypoint): 2 of 4 false."""
     from cotrain.eval.verifier_eval import process_localisation
     from cotrain.roles.verifier import Verification
     from cotrain.tasks.base import Problem
@@ -301,7 +303,8 @@ def test_process_localisation_worked_by_hand():
               Verification([True, False, False], False), Verification([False, False], False)]
     got = process_localisation(task, [p] * 4, texts, parsed, [True, False, False, False])
     assert got == {"process/n_failed": 3.0, "process/n_failed_clean": 0.0,
-                   "process/first_false_not_last": pytest.approx(2 / 3), "process/first_rejected_match": pytest.approx(1 / 3)}
+                   "process/first_false_not_last": pytest.approx(2 / 3), "process/first_rejected_match": pytest.approx(1 / 3),
+                   "process/after_first_false_false": pytest.approx(0.5)}
 
 
 def test_oracle_verdicts_are_the_process_labels_and_noise_flips_them():

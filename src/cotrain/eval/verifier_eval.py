@@ -52,12 +52,14 @@ def process_localisation(task: Task, problems: list[Problem], texts: list[str], 
     `process/first_false_not_last`, the share whose first false step is not their last step (where the
     outcome alone cannot say which step failed), and `process/first_rejected_match`, the share whose
     first step the verifier rejects is that step (a verification with another number of step verdicts
-    than the sample has steps does not match); `process/n_failed` counts them, `process/n_failed_clean`
+    than the sample has steps does not match); `process/after_first_false_false`, the share of the steps
+    after a first false step that are false themselves (errors that cascade: a reward summed to the end
+    blames the right prefix for each of them); `process/n_failed` counts them, `process/n_failed_clean`
     the wrong samples without a false step (every step right, a wrong end). Empty without process labels.
     """
     if not hasattr(task, "step_labels"):
         return {}
-    not_last, match, clean = [], [], 0
+    not_last, match, clean, after = [], [], 0, []
     for p, text, v, ok in zip(problems, texts, parsed, correct):
         if ok:
             continue
@@ -68,11 +70,14 @@ def process_localisation(task: Task, problems: list[Problem], texts: list[str], 
             continue
         first = labels.index(False)
         not_last.append(first != len(labels) - 1)
+        after += [not ok for ok in labels[first + 1:]]
         match.append(len(v.steps) == len(labels) and first_error(v.steps) == first)
     out = {"process/n_failed": float(len(not_last)), "process/n_failed_clean": float(clean)}
     if not_last:
         out["process/first_false_not_last"] = sum(not_last) / len(not_last)
         out["process/first_rejected_match"] = sum(match) / len(match)
+    if after:
+        out["process/after_first_false_false"] = sum(after) / len(after)
     return out
 
 
