@@ -401,3 +401,13 @@ def test_judge_agreement_windows_and_its_paired_change(tmp_path):
     text = build_study(tmp_path)
     assert "| grpo | 0 |" not in text.split("agreement with the truth")[1]
     assert (tmp_path / "judge.png").stat().st_size > 1000
+
+
+def test_the_second_half_of_an_in_training_curve_by_hand():
+    """Evaluations at steps 0, 10, 20, 30, 40 with accuracies 0.1 ... 0.5: past the middle (step 20) are
+    steps 30 and 40, mean 0.45; a run without evaluations has none."""
+    from cotrain.analysis.study import Run
+
+    run = Run({}, steps=[0, 10, 20, 30, 40], acc=[0.1, 0.2, 0.3, 0.4, 0.5])
+    assert run.second_half() == pytest.approx(0.45)
+    assert Run({}).second_half() is None

@@ -51,9 +51,17 @@ class Run:
     init: str = ""                                     # the run's start (`init`)
     start: float | None = None                         # its start's test pass@1, where not the study's SFT start
     recipe: str = "?"
+    verifier_source: str = "model"                     # verifier.source: model, or the oracle standing in for it
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
+
+    def second_half(self) -> float | None:
+        """The mean in-training accuracy over the evaluations past the run's middle step (not its start)."""
+        if not self.steps:
+            return None
+        late = [a for s, a in zip(self.steps, self.acc) if s > self.steps[-1] / 2]
+        return sum(late) / len(late) if late else None
 
 
 def load_run(run_dir: Path) -> Run:
@@ -87,6 +95,7 @@ def load_run(run_dir: Path) -> Run:
         uses = RECIPES.get(run.recipe)
         if isinstance(verifier, dict) and uses is not None and {"verifier", "judge"} & set(uses.roles):
             run.verifier_init = str(verifier.get("init") or "")  # a recipe without a verifier ignores it
+            run.verifier_source = str(verifier.get("source") or "model")
     env = run_dir / "env.json"
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
@@ -346,9 +355,9 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     target = mean_curve(base)[1][-1] if base and all(r.steps for r in base.values()) else None
     long = mean_curve(arms[LONG]) if LONG in arms and all(r.steps for r in arms[LONG].values()) else None
     lines = ["| arm | seeds | test pass@1 | ood pass@1 | paired vs grpo, test (points) | paired vs grpo, ood | "
-             "steps to grpo's final | FLOPs (warm-up) | grpo at these FLOPs (without the warm-up) | mean α (r) | "
-             "gain over the start (points) | CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "steps to grpo's final | in-training pass@1, 2nd half: paired vs grpo | FLOPs (warm-up) | "
+             "grpo at these FLOPs (without the warm-up) | mean α (r) | gain over the start (points) | CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, runs in arms.items():
         test = _finals(runs, "test")
         ood = _finals(runs, "ood")
@@ -358,6 +367,10 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
             steps, acc, _, _ = mean_curve(runs)
             hit = steps_to_reach(steps, acc, target)
             reach = "not reached" if hit is None else str(hit)
+        late = {s: r.second_half() for s, r in runs.items() if r.second_half() is not None}
+        late_base = {s: r.second_half() for s, r in (base or {}).items() if r.second_half() is not None}
+        half = (paired_difference(late_base, late, POINTS).text() if arm != BASELINE and set(late) & set(late_base)
+                else "–")
         flops = sum(r.flops[-1] if r.flops else 0.0 for r in runs.values()) / len(runs)
         warm = sum(r.warmup_flops for r in runs.values()) / len(runs)
         cpus = ", ".join(sorted({r.cpu for r in runs.values()}))
@@ -379,7 +392,7 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         over = paired_difference(own, test, POINTS).text() if test and None not in own.values() else "–"
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
                      f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
-                     f"{d_ood.text() if d_ood else '–'} | {reach} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | "
+                     f"{d_ood.text() if d_ood else '–'} | {reach} | {half} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | "
                      f"{over} | {cpus} |")
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
@@ -389,6 +402,9 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     for arm, runs in arms.items():
         recipes = sorted({r.recipe for r in runs.values()})
         labels = sorted({RECIPES[r].labels for r in recipes if r in RECIPES}) or ["?"]
+        sources = sorted({r.verifier_source for r in runs.values()} - {"model"})
+        if sources:  # the oracle reads the task's labels in training: its verdicts are process labels
+            labels = [f"outcomes; process labels (verifier.source: {', '.join(sources)})"]
         lines.append(f"| {arm} | {', '.join(recipes)} | {'; '.join(labels)} | {checker_quality(runs)} | "
                      f"{role_compute(runs)} | {at_equal_samples(arms, arm)} | {step_seconds(runs)} |")
     if target is not None:
