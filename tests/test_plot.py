@@ -295,3 +295,16 @@ def test_an_alarm_is_marked_on_every_panel_at_its_step(tmp_path, monkeypatch):
     monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **k: lines.append(x) or original(self, x, *a, **k))
     plot.plot_runs([run])
     assert lines == [4.0, 4.0]  # the reward panel and the entropy panel
+
+
+def test_eval_bars_are_the_generator_s_and_a_run_named_for_its_recipe_is_named_once(tmp_path):
+    """eval.png's categories are the generator's splits alone (a verifier's maj@k on the same samples would
+    stand as empty categories beside them); a run directory named like its recipe is labelled once."""
+    import json
+
+    from cotrain.analysis.plot import load_eval
+
+    (tmp_path / "eval.json").write_text(json.dumps({
+        "generator": {"test": {"pass@1": 0.15, "pass@8": 0.4}, "ood": {"pass@1": 0.05}},
+        "verifier": {"test": {"maj@8": 0.3, "balanced_accuracy": 0.9}}}))
+    assert load_eval(tmp_path) == {("test", "pass@1"): 0.15, ("test", "pass@8"): 0.4, ("ood", "pass@1"): 0.05}

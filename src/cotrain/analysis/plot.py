@@ -134,11 +134,12 @@ def load_metrics(run_dir: Path) -> list[dict]:
 
 
 def load_eval(run_dir: Path) -> dict[tuple[str, str], float]:
-    """Read `run_dir/eval.json` into {(split, metric): value} for metrics `pass@k` and `maj@k`.
+    """Read `run_dir/eval.json` into {(split, metric): value} for the generator's metrics `pass@k` and `maj@k`.
 
-    The split is the path of keys down to the metric, minus a leading "generator" (so
-    `{"generator": {"test": {"pass@1": 0.6}}}` gives `{("test", "pass@1"): 0.6}`, and other models
-    give e.g. `("verifier/test", "pass@1")`). A missing or unreadable file gives {}.
+    The split is the path of keys down to the metric below "generator" (so `{"generator": {"test":
+    {"pass@1": 0.6}}}` gives `{("test", "pass@1"): 0.6}`); other models' entries are left out (a
+    verifier's `maj@k` is the generator's on the samples it judged, and its splits would stand as empty
+    categories beside the generator's). A missing or unreadable file gives {}.
     """
     path = Path(run_dir) / "eval.json"
     if not path.is_file():
@@ -160,7 +161,7 @@ def load_eval(run_dir: Path) -> dict[tuple[str, str], float]:
                 split = keys[1:] if keys[:1] == ("generator",) else keys
                 out[("/".join(split) or "all", str(k))] = float(v)
 
-    walk(data, ())
+    walk(data.get("generator", {}) if isinstance(data, dict) else {}, ("generator",))
     return out
 
 
@@ -289,7 +290,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0
     runs = []
     for i, (run_dir, name) in enumerate(zip(run_dirs, _run_names(run_dirs))):
         recipe = read_recipe(run_dir)
-        label = f"{name} ({recipe})" if recipe else name
+        label = f"{name} ({recipe})" if recipe and recipe != name else name  # not "grpo (grpo)"
         run = _Run(run_dir, label, palette[i % len(palette)], _series(load_metrics(run_dir)), load_eval(run_dir))
         if not run.series:
             log.warning("no metrics to plot in %s; leaving it out of curves.png", run_dir)
@@ -417,7 +418,8 @@ def _curves_figure(runs: list[_Run], panels: list[_Panel], smooth: int) -> Figur
                     used_roles.append(role)
         if panel.unit_interval and values:
             all_values = np.concatenate(values)
-            if all_values.min() >= 0 and all_values.max() <= 1:
+            # the whole [0, 1] only where the curves span much of it: 0.15 against 0.17 must stay apart
+            if all_values.min() >= 0 and all_values.max() <= 1 and np.ptp(all_values) >= 0.5:
                 ax.set_ylim(-0.03, 1.03)
         for run in runs:  # where an alarm fired (runs/alarms.py): a dotted line in the run's colour
             for step, name in _alarm_marks(run):
