@@ -297,9 +297,9 @@ def test_an_alarm_is_marked_on_every_panel_at_its_step(tmp_path, monkeypatch):
     assert lines == [4.0, 4.0]  # the reward panel and the entropy panel
 
 
-def test_eval_bars_are_the_generator_s_and_a_run_named_for_its_recipe_is_named_once(tmp_path):
+def test_eval_bars_are_the_generator_s_alone(tmp_path):
     """eval.png's categories are the generator's splits alone (a verifier's maj@k on the same samples would
-    stand as empty categories beside them); a run directory named like its recipe is labelled once."""
+    stand as empty categories beside them)."""
     import json
 
     from cotrain.analysis.plot import load_eval
