@@ -349,3 +349,34 @@ def test_fsdp_on_the_cpu_of_an_old_torch_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(dist, "fsdp_on_cpu", lambda: False)
     with pytest.raises(UserError, match="train.fsdp on the CPU needs torch >= 2.7"):
         dist.shard_model(model)
+
+
+def test_a_resume_loads_each_role_s_optimizer_onto_the_device_its_model_is_on(tmp_path, monkeypatch):
+    """Optimizer states are loaded with `map_location` the device the process holds the role's model on,
+    the run state onto the host: under torchrun, a load without it puts every rank's states on cuda:0 (the
+    device they were saved from). The loaded states equal the saved ones."""
+    import torch
+
+    from cotrain.config import ModelConfig
+    from cotrain.models.build import build_model
+    from cotrain.runs import rundir
+
+    model, tok = build_model(ModelConfig(preset="nano"), seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
+    opt.step()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    roles = {"generator": (model, tok, opt, sched)}
+    ckpt = rundir.save_checkpoint(tmp_path, 1, roles, {"step": 1, "rng": rundir.rng_state()}, keep_last=1)
+    saved = {k: v.clone() for k, v in opt.state_dict()["state"][0].items() if torch.is_tensor(v)}
+    seen, real = [], torch.load
+
+    def recording(path, *args, **kwargs):
+        seen.append((Path(path).name, kwargs.get("map_location")))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(rundir.torch, "load", recording)
+    opt2 = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    rundir.load_checkpoint_state(ckpt, {"generator": (model, tok, opt2, torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0))})
+    assert seen == [("optim.pt", torch.device("cpu")), ("state.pt", "cpu")]
+    assert all(torch.equal(opt2.state_dict()["state"][0][k], v) for k, v in saved.items())

@@ -193,16 +193,27 @@ def load_checkpoint_state(ckpt: Path, roles: dict) -> dict:
     from cotrain import dist
 
     for role, (model, _, optimizer, scheduler) in roles.items():
-        state = torch.load(ckpt / role / "optim.pt", weights_only=False)
+        # onto the device this process holds the role's model on (never the device it was saved from: under
+        # torchrun every rank's state would land on cuda:0)
+        state = torch.load(ckpt / role / "optim.pt", weights_only=False, map_location=_device_of(model))
         if dist.is_sharded(model):  # saved whole, keyed by parameter name: each process takes its shard
             if state["optimizer"]["state"]:  # else saved before the first step: the fresh optimizer is it
                 dist.load_full_optimizer_state(model, optimizer, state["optimizer"])
         else:
             optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-    state = torch.load(ckpt / "state.pt", weights_only=False)
+    state = torch.load(ckpt / "state.pt", weights_only=False, map_location="cpu")  # RNG states live on the host
     set_rng_state(state["rng"])
     return state
+
+
+def _device_of(model) -> torch.device:
+    """The device of a model's first parameter (a sharded one's local shard), the CPU for a model without."""
+    first = next(iter(model.parameters()), None)
+    if first is None:
+        return torch.device("cpu")
+    local = getattr(first, "to_local", None)  # a DTensor of FSDP2: its shard's device
+    return local().device if callable(local) else first.device
 
 
 def resolve_model_dir(path: str | Path, role: str = "generator") -> Path:
