@@ -119,3 +119,35 @@ def test_gpu_check_dry_run(tmp_path, cases):
         assert (r["update_s"] > 0) if r["case"] == "sft bf16" else (r["rollout_tok_s"] > 0), r  # sft: no rollout
         assert r["env"]["precision"]["bf16_autocast"] is True  # train.bf16=true, as on the GPU
     assert all(r["env"]["processes"] == 1 for r in results)  # torchrun --nproc_per_node 1 included
+
+
+DRY_PHASES = "versions,update_0.5b,update_1.5b,decode,checkpoint,lora,vllm"
+"""`bench/gpu_smoke.py --cpu-dry-run` in `make test`: every phase but `compiled`, whose first torch.compile
+call costs a minute or more on a 2-core CPU (`make test-heavy` runs it; tests/test_models.py checks compiled
+decoding itself)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phases", [DRY_PHASES, pytest.param(DRY_PHASES + ",compiled", marks=pytest.mark.heavy)],
+                         ids=["make-test", "every-phase"])
+def test_gpu_smoke_dry_run(tmp_path, phases):
+    """The GPU smoke check at nano shapes on the CPU, so that it cannot rot before a GPU comes: every phase
+    passes (vLLM: skipped without it), a JSON row each; both models learn from their forced advantages;
+    the checkpoint round trip and the merged LoRA model are exact; without CUDA and without the flag, one
+    line and exit 2."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_smoke.py"), "--cpu-dry-run", "--phases", phases,
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["phase"]: r for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
+    assert list(rows) == phases.split(",")
+    assert all(r["status"] == "PASS" for name, r in rows.items() if name != "vllm"), rows
+    assert rows["vllm"]["status"] in ("PASS", "SKIP")
+    for role in ("generator", "verifier"):
+        f = rows["update_0.5b"]["figures"][role]
+        assert f["gap_after"] > f["gap_before"], f
+    assert rows["decode"]["figures"]["compaction_equal"] == 1.0 and rows["lora"]["figures"]["max_logit_diff"] < 1e-4
+    if not torch.cuda.is_available():
+        bare = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_smoke.py")], capture_output=True, text=True,
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        assert bare.returncode == 2 and bare.stderr.strip().splitlines()[-1].startswith("gpu_smoke: no CUDA GPU here")

@@ -1,0 +1,429 @@
+"""GPU smoke check: every path a GPU session needs, proven in one process within a global deadline.
+
+The first thing to run when a GPU is lent (about 8 minutes on one H100 or H200, the torch, transformers
+and peft preinstalled there, no network). Phases run in priority order; each is guarded (an error or an
+out-of-memory is recorded and the next phase runs, a phase the deadline leaves no room for is skipped),
+appends one JSON line to `--out` and prints one row: phase, PASS / FAIL / SKIP / OOM, seconds, figures.
+
+  versions      torch, CUDA, the device and its free memory, transformers, peft, vLLM
+  update_0.5b   a generator and a verifier of Qwen2.5-0.5B's shapes (random weights, built here), each
+                trained 3 AdamW steps on one synthetic rollout with forced non-zero advantages (half of
+                each group +1, half -1): learning shows as the log-prob gap between the +1 and -1
+                completions widening; peak allocated and reserved memory of the phase
+  update_1.5b   the same at Qwen2.5-1.5B's shapes
+  decode        the decode loop at 16 and 128 rows (64 tokens): ms per decode step, host syncs per
+                generated token (torch profiler: aten::item and aten::_local_scalar_dense), and, with an
+                eos that ends rows at different steps, the compacting loop's greedy tokens against the
+                static (uncompacted) loop's
+  checkpoint    save_checkpoint, then load_checkpoint_state into a fresh optimizer: weights and AdamW
+                states equal, on the model's device
+  lora          LoRA adapters trained one step; the merged plain model's logits equal the adapted model's
+  vllm          (when vLLM is installed) an engine on the model's directory samples; a weight sync of
+                perturbed weights changes its greedy output; sleep frees GPU memory
+  compiled      decoding through torch.compile with a static KV cache: greedy tokens against the plain loop
+
+  python bench/gpu_smoke.py                  # on a CUDA machine; --deadline 480 (seconds) by default
+  python bench/gpu_smoke.py --cpu-dry-run    # every phase at nano shapes on the CPU (make test runs it)
+
+Without CUDA and without --cpu-dry-run it ends with one line and exit code 2. Exit 1 when a phase failed.
+Record the rows, the device and the versions in configs/real/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+# config.json sizes of Qwen2.5-0.5B-Instruct and Qwen2.5-1.5B-Instruct (vocab_size: the stand-in's BPE
+# merges; model_vocab_size: the embedding rows, as the real models have them)
+QWEN05 = {"hidden_size": 896, "layers": 24, "heads": 14, "kv_heads": 2, "intermediate_size": 4864,
+          "model_vocab_size": 151936, "vocab_size": 4096}
+QWEN15 = {"hidden_size": 1536, "layers": 28, "heads": 12, "kv_heads": 2, "intermediate_size": 8960,
+          "model_vocab_size": 151936, "vocab_size": 4096}
+NANO = {"hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 128,
+        "model_vocab_size": None, "vocab_size": 400}
+
+# rows, prompt and completion lengths of the synthetic rollouts: GPU sizes, then the dry run's
+SIZES = {"gpu": {"prompts": 4, "group": 4, "prompt_len": 128, "completion_len": 256, "micro_batch": 4},
+         "dry": {"prompts": 2, "group": 2, "prompt_len": 8, "completion_len": 8, "micro_batch": 2}}
+DECODE_ROWS = {"gpu": (16, 128), "dry": (2, 4)}
+MIN_SECONDS = {"versions": 1, "update_0.5b": 60, "update_1.5b": 120, "decode": 45, "checkpoint": 20, "lora": 30,
+               "vllm": 90, "compiled": 60}
+"""A phase starts only with this much of the deadline left (the dry run divides by 30)."""
+
+
+# ---------------------------------------------------------------------- the phases
+
+
+def phase_versions(ctx: dict) -> dict:
+    import torch
+    import transformers
+
+    out = {"torch": torch.__version__, "transformers": transformers.__version__,
+           "cuda": torch.version.cuda, "device": ctx["device"]}
+    for name in ("peft", "vllm"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            out[name] = "not installed"
+    if ctx["device"] == "cuda":
+        free, total = torch.cuda.mem_get_info()
+        out.update(gpu=torch.cuda.get_device_name(0), free_gib=round(free / 2**30, 1), total_gib=round(total / 2**30, 1))
+    return out
+
+
+def _rollout(tok, size: dict, device, seed: int = 0):
+    """A synthetic rollout of random tokens (no eos inside), groups contiguous, every completion full."""
+    import torch
+
+    from cotrain.models.generate import Rollout
+
+    g = torch.Generator().manual_seed(seed)
+    n, vocab = size["prompts"] * size["group"], len(tok)
+    prompts = torch.randint(10, vocab, (size["prompts"], size["prompt_len"]), generator=g)
+    prompt_ids = prompts.repeat_interleave(size["group"], dim=0)
+    completion_ids = torch.randint(10, vocab, (n, size["completion_len"]), generator=g)
+    ones = torch.ones_like
+    return Rollout(prompt_ids=prompt_ids.to(device), prompt_mask=ones(prompt_ids).to(device),
+                   completion_ids=completion_ids.to(device), completion_mask=ones(completion_ids).to(device),
+                   logp=torch.zeros(n, size["completion_len"], device=device),
+                   entropy=torch.zeros(n, size["completion_len"], device=device),
+                   truncated=torch.ones(n, dtype=torch.bool, device=device))
+
+
+def _forced_advantages(size: dict, device):
+    """+1 for the first half of each group, -1 for the rest: every group trains."""
+    import torch
+
+    half = size["group"] // 2
+    return torch.tensor(([1.0] * half + [-1.0] * (size["group"] - half)) * size["prompts"], device=device)
+
+
+def _logp_gap(model, ro, advantages, g, bf16: bool) -> float:
+    """Mean completion log-prob of the +1 rows minus that of the -1 rows."""
+    import torch
+
+    from cotrain.train.update import rollout_logprobs
+
+    with torch.no_grad():
+        logp = rollout_logprobs(model, ro, g, bf16).float().mean(-1)              # [N]
+    return (logp[advantages > 0].mean() - logp[advantages < 0].mean()).item()
+
+
+def phase_update(ctx: dict, shape_name: str) -> dict:
+    """Generator and verifier, each 3 AdamW steps on a forced-advantage rollout, both resident."""
+    import torch
+
+    from cotrain.config import GrpoConfig
+    from cotrain.models.build import load_model
+    from cotrain.train.update import policy_update
+
+    model_dir = ctx["models"][shape_name]
+    size, device, bf16 = SIZES[ctx["mode"]], ctx["device"], ctx["bf16"]
+    g = GrpoConfig(group_size=size["group"], max_new_tokens=size["completion_len"])
+    _reset_peak(device)
+    models = {}
+    for role in ("generator", "verifier"):
+        model, tok = load_model(model_dir)
+        models[role] = (model.to(device).train(), tok, torch.optim.AdamW(model.parameters(), lr=1e-5))
+    out = {}
+    for role, (model, tok, opt) in models.items():
+        ro = _rollout(tok, size, device, seed=1 if role == "verifier" else 0)
+        adv = _forced_advantages(size, device)
+        before = _logp_gap(model, ro, adv, g, bf16)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            st = policy_update(model, opt, ro, adv, ro.completion_mask, g, max_grad_norm=1.0, bf16=bf16,
+                               micro_batch_size=size["micro_batch"])
+        _sync(device)
+        after = _logp_gap(model, ro, adv, g, bf16)
+        assert st["tokens_trained"] > 0, f"{role}: no token trained (the forced advantages were skipped)"
+        assert after > before, f"{role}: the +1/-1 log-prob gap did not widen ({before:.4f} -> {after:.4f})"
+        out[role] = {"step_s": round((time.perf_counter() - t0) / 3, 3), "gap_before": round(before, 4),
+                     "gap_after": round(after, 4), "grad_norm": round(st.get("grad_norm", float("nan")), 3)}
+    out.update(_peak(device))
+    out["parameters"] = sum(p.numel() for p in models["generator"][0].parameters())
+    return out
+
+
+def phase_decode(ctx: dict) -> dict:
+    """ms per decode step and host syncs per token at two batch sizes; compaction against static decoding."""
+    import torch
+
+    from cotrain.models.build import load_model
+    from cotrain.models.generate import generate
+
+    model, tok = load_model(ctx["models"]["small"])
+    model.to(ctx["device"]).eval()
+    device, bf16, steps = ctx["device"], ctx["bf16"], 16 if ctx["mode"] == "dry" else 64
+    prompt = tok("Count the apples: 3 + 4 =")["input_ids"]
+    out = {}
+    for rows in DECODE_ROWS[ctx["mode"]]:
+        kwargs = {"max_new_tokens": steps, "eos_id": -1, "pad_id": tok.pad_token_id, "temperature": 1.0, "seed": 0,
+                  "bf16": bf16, "group_size": rows}
+        generate(model, [prompt], **kwargs)                                             # warm-up
+        _sync(device)
+        t0 = time.perf_counter()
+        ro = generate(model, [prompt], **kwargs)
+        _sync(device)
+        out[f"ms_per_step_{rows}"] = round(1000 * (time.perf_counter() - t0) / steps, 2)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            generate(model, [prompt], **kwargs)
+        syncs = sum(e.count for e in prof.key_averages() if e.key in ("aten::item", "aten::_local_scalar_dense"))
+        out[f"syncs_per_token_{rows}"] = round(syncs / max(int(ro.lengths.max()), 1), 2)
+    # an eos that ends rows at different steps: the greedy token of the first row at its fourth step
+    rows = DECODE_ROWS[ctx["mode"]][0]
+    prompts = [prompt[: len(prompt) - i] for i in range(rows)]
+    free = generate(model, prompts, max_new_tokens=steps, eos_id=-1, pad_id=tok.pad_token_id, greedy=True, bf16=bf16)
+    eos = int(free.completion_ids[0, 3])
+    common = {"max_new_tokens": steps, "eos_id": eos, "pad_id": tok.pad_token_id, "greedy": True, "bf16": bf16}
+    batch = generate(model, prompts, **common)          # rows leave the batch (and its cache) as they end
+    alone = [generate(model, [p], **common) for p in prompts]  # each row decoded by itself: nothing to compact
+    out["compaction_rows_ended_early"] = int((~batch.truncated).sum())
+    out["compaction_equal"] = round(sum(_same_tokens(_row(batch, i), a) for i, a in enumerate(alone)) / rows, 4)
+    return out
+
+
+def _row(ro, i: int):
+    from cotrain.models.generate import select_rows
+
+    return select_rows(ro, [i])
+
+
+def phase_checkpoint(ctx: dict) -> dict:
+    import torch
+
+    from cotrain.models.build import load_model
+    from cotrain.runs import rundir
+
+    model, tok = load_model(ctx["models"]["small"])
+    model.to(ctx["device"]).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(10, len(tok), (2, 16), device=ctx["device"])
+    model(ids, labels=ids).loss.backward()
+    opt.step()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    t0 = time.perf_counter()
+    (ctx["out"] / "ckpt").mkdir(parents=True, exist_ok=True)
+    ckpt = rundir.save_checkpoint(ctx["out"] / "ckpt", 1, {"generator": (model, tok, opt, sched)},
+                                  {"step": 1, "rng": rundir.rng_state()}, keep_last=1)
+    saved = ckpt / "generator"
+    fresh, _ = load_model(saved)
+    fresh.to(ctx["device"])
+    opt2 = torch.optim.AdamW(fresh.parameters(), lr=1e-4)
+    sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0)
+    rundir.load_checkpoint_state(ckpt, {"generator": (fresh, tok, opt2, sched2)})
+    a, b = opt.state_dict()["state"], opt2.state_dict()["state"]
+    weights_equal = all(torch.equal(p, q) for p, q in zip(model.parameters(), fresh.parameters()))
+    states_equal = all(torch.equal(a[i][k], b[i][k]) for i in a for k in a[i] if torch.is_tensor(a[i][k]))
+    on_device = all(v.device.type == torch.device(ctx["device"]).type for s in b.values() for v in s.values()
+                    if torch.is_tensor(v) and v.dim() > 0)
+    assert weights_equal and states_equal and on_device, (weights_equal, states_equal, on_device)
+    size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    return {"round_trip_s": round(time.perf_counter() - t0, 2), "bytes": size}
+
+
+def phase_lora(ctx: dict) -> dict:
+    import torch
+
+    from cotrain.config import GrpoConfig, ModelConfig
+    from cotrain.models.build import load_model
+    from cotrain.models.lora import apply_lora, merged_weights
+    from cotrain.train.update import policy_update
+
+    size, device = SIZES[ctx["mode"]], ctx["device"]
+    model, tok = load_model(ctx["models"]["small"])
+    lora = apply_lora(model.to(device), ModelConfig(lora_r=16))
+    opt = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=1e-3)
+    ro = _rollout(tok, size, device)
+    g = GrpoConfig(group_size=size["group"], max_new_tokens=size["completion_len"])
+    policy_update(lora, opt, ro, _forced_advantages(size, device), ro.completion_mask, g, max_grad_norm=1.0,
+                  bf16=False, micro_batch_size=size["micro_batch"])
+    plain, _ = load_model(ctx["models"]["small"])
+    plain.load_state_dict(dict(merged_weights(lora)), strict=False)
+    plain.to(device).eval()
+    lora.eval()
+    ids = ro.completion_ids[:2]
+    with torch.no_grad():
+        a, b = lora(ids).logits.float(), plain(ids).logits.float()
+    diff = (a - b).abs().max().item()
+    assert diff < 1e-3 * max(1.0, a.abs().max().item()), f"merged logits differ by {diff}"
+    return {"max_logit_diff": diff, "trainable": sum(p.numel() for p in lora.parameters() if p.requires_grad)}
+
+
+def phase_vllm(ctx: dict) -> dict:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return {"skip": "vLLM is not installed"}
+    if ctx["device"] != "cuda":
+        return {"skip": "vLLM needs a GPU"}
+    import torch
+
+    from cotrain.models.build import load_model
+    from cotrain.models.vllm_engine import VllmEngine
+
+    model, tok = load_model(ctx["models"]["small"])
+    model.to("cuda")
+    engine = VllmEngine(str(ctx["models"]["small"]), gpu_memory_utilization=0.3, enable_sleep_mode=True, max_model_len=512)
+    prompt = tok("Count the apples: 3 + 4 =")["input_ids"]
+    kwargs = {"group_size": 1, "max_new_tokens": 16, "eos_id": tok.eos_token_id, "pad_id": tok.pad_token_id,
+              "greedy": True, "seed": 0}
+    first = engine.generate([prompt], **kwargs)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    engine.sync_weights(model)
+    second = engine.generate([prompt], **kwargs)
+    changed = not torch.equal(first.completion_ids.cpu(), second.completion_ids.cpu())
+    free_awake = torch.cuda.mem_get_info()[0]
+    engine.sleep(1)
+    freed = torch.cuda.mem_get_info()[0] - free_awake
+    engine.wake_up()
+    assert changed, "a weight sync left the greedy output unchanged"
+    assert freed > 0, "sleep freed no GPU memory"
+    return {"sync_changes_output": changed, "sleep_freed_gib": round(freed / 2**30, 2)}
+
+
+def phase_compiled(ctx: dict) -> dict:
+    from cotrain.models.build import load_model
+    from cotrain.models.generate import generate
+
+    model, tok = load_model(ctx["models"]["small"])
+    model.to(ctx["device"]).eval()
+    prompts = [tok("Count the apples: 3 + 4 =")["input_ids"], tok("Mia has 7 pencils.")["input_ids"]]
+    common = {"max_new_tokens": 8 if ctx["mode"] == "dry" else 32, "eos_id": -1, "pad_id": tok.pad_token_id,
+              "greedy": True, "bf16": ctx["bf16"]}
+    plain = generate(model, prompts, **common)
+    t0 = time.perf_counter()
+    compiled = generate(model, prompts, compiled=True, **common)
+    return {"first_call_s": round(time.perf_counter() - t0, 1), "tokens_equal": _same_tokens(plain, compiled)}
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _same_tokens(a, b) -> float:
+    """The share of completion tokens two rollouts agree on (1.0: identical)."""
+    import torch
+
+    x, y = a.completion_ids.cpu(), b.completion_ids.cpu()
+    width = min(x.shape[1], y.shape[1])
+    return round(torch.eq(x[:, :width], y[:, :width]).float().mean().item(), 4)
+
+
+def _sync(device) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _reset_peak(device) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak(device) -> dict:
+    import torch
+
+    if not str(device).startswith("cuda"):
+        return {}
+    return {"peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+            "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
+
+
+class Models(dict):
+    """{"small": dir, "large": dir}: each stand-in built (bench/gpu_check.py `build`) the first time a phase asks."""
+
+    def __init__(self, out: Path, small: dict, large: dict):
+        super().__init__()
+        self.out, self.shapes = out, {"small": small, "large": large}
+
+    def __missing__(self, name: str) -> Path:
+        from gpu_check import build  # bench/ is this script's directory: the same offline stand-in builder
+
+        self[name] = build(self.out / f"model_{name}", self.shapes[name])
+        return self[name]
+
+
+PHASES = {"versions": phase_versions, "update_0.5b": lambda ctx: phase_update(ctx, "small"),
+          "update_1.5b": lambda ctx: phase_update(ctx, "large"), "decode": phase_decode,
+          "checkpoint": phase_checkpoint, "lora": phase_lora, "vllm": phase_vllm, "compiled": phase_compiled}
+
+
+def run_phase(name: str, ctx: dict, deadline: float) -> dict:
+    """One guarded phase: its row (phase, status, seconds, figures)."""
+    import torch
+
+    need = MIN_SECONDS[name] / (30 if ctx["mode"] == "dry" else 1)
+    if time.monotonic() + need > deadline:
+        return {"phase": name, "status": "SKIP", "seconds": 0.0, "figures": {"skip": f"under {need:.0f} s of the deadline left"}}
+    t0 = time.monotonic()
+    try:
+        figures = PHASES[name](ctx)
+        status = "SKIP" if "skip" in figures else "PASS"
+    except torch.cuda.OutOfMemoryError as err:
+        status, figures = "OOM", {"error": str(err).splitlines()[0][:300]}
+    except Exception as err:  # recorded, and the next phase runs
+        status, figures = "FAIL", {"error": f"{type(err).__name__}: {str(err)[:300]}",
+                                   "where": traceback.format_exc().strip().splitlines()[-3:]}
+    finally:
+        _reset_peak(ctx["device"])
+    return {"phase": name, "status": status, "seconds": round(time.monotonic() - t0, 1), "figures": figures}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu-dry-run", action="store_true", help="every phase at nano shapes on the CPU")
+    ap.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole check (default 480)")
+    ap.add_argument("--phases", default=None, help="comma-separated subset of: " + ", ".join(PHASES))
+    ap.add_argument("--out", default=None, help="directory for rows.jsonl and the models (default: a temporary one)")
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+    deadline = start + args.deadline
+
+    import torch
+
+    dry = args.cpu_dry_run
+    if not dry and not torch.cuda.is_available():
+        print(f"gpu_smoke: no CUDA GPU here (torch {torch.__version__} sees none); run it on a GPU machine, "
+              "or pass --cpu-dry-run to check every phase on the CPU", file=sys.stderr)
+        return 2
+    names = [n.strip() for n in args.phases.split(",")] if args.phases else list(PHASES)
+    unknown = [n for n in names if n not in PHASES]
+    if unknown:
+        print(f"gpu_smoke: unknown phase {unknown[0]!r} (valid: {', '.join(PHASES)})", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_smoke_"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows_path = out / "rows.jsonl"
+
+    ctx = {"mode": "dry" if dry else "gpu", "device": "cpu" if dry else "cuda", "bf16": not dry, "out": out,
+           "models": Models(out, NANO if dry else QWEN05, NANO if dry else QWEN15)}
+    print(f"gpu_smoke: {'CPU dry run at nano shapes' if dry else 'Qwen2.5 0.5B and 1.5B shapes'} (each built here on "
+          f"first use: random weights, an offline BPE); deadline {args.deadline:.0f} s", flush=True)
+    print(f"{'phase':<13}{'status':<8}{'seconds':>8}  figures", flush=True)
+    failed = False
+    for name in names:
+        row = run_phase(name, ctx, deadline)
+        failed |= row["status"] in ("FAIL", "OOM")
+        with rows_path.open("a", encoding="utf-8") as f:  # a row at a time: a cut run keeps the rest
+            f.write(json.dumps(row) + "\n")
+        print(f"{name:<13}{row['status']:<8}{row['seconds']:>8.1f}  {json.dumps(row['figures'])}", flush=True)
+    print(f"rows: {rows_path}  ({time.monotonic() - start:.0f} s in all)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
