@@ -16,6 +16,7 @@ from cotrain.rl.tango import (
     reliability,
     step_rewards,
     step_token_ends,
+    unscaled,
     verdict_counts,
     verifier_rewards,
 )
@@ -233,3 +234,11 @@ def test_flip_verdicts_meets_its_rates_and_is_seeded():
     assert abs(right_rejected - 0.04) < 3 * math.sqrt(0.04 * 0.96 / 10_000)
     assert flip_verdicts(labels[:50], 0.0, 0.0, random.Random(1)) == labels[:50]
     assert out == flip_verdicts(labels, 0.15, 0.04, random.Random(7))
+
+
+def test_the_min_form_takes_unscaled_step_rewards():
+    """+-1/K becomes +-1 (None stays None): the minimum of scaled rewards would rank a wrong 9-step solution
+    (-1/9) above a wrong 3-step one (-1/3)."""
+    assert unscaled([[1 / 3, -1 / 3, 1 / 3], None, [-0.5]]) == [[1.0, -1.0, 1.0], None, [-1.0]]
+    long, short = step_rewards([True] * 8 + [False], 9), step_rewards([True, True, False], 3)
+    assert min(long) > min(short) and min(unscaled([long])[0]) == min(unscaled([short])[0]) == -1.0

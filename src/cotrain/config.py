@@ -264,7 +264,8 @@ class TangoConfig(_Section):
     eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
     credit: Literal["to_go", "min", "final", "min_final"] = Field("to_go", description=(
         "How step rewards become each token's process advantage (rl/tango.py). to_go: the sum of the z-normalised "
-        "step rewards at and after the token (RL Tango). min: their minimum (PURE's min-form). final: to_go with "
+        "step rewards at and after the token (RL Tango). min: the minimum of the +-1 step rewards (PURE's min-form). "
+        "final: to_go with "
         "the final verdict scored as one more step on the answer's tokens, a solution with no answer or fewer "
         "steps than its problem needs scored rejected there (stopping early cannot pay). min_final: min with that "
         "step."))

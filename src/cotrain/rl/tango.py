@@ -110,6 +110,14 @@ def process_advantages(rewards: list[list[float] | None], ends: list[list[int]],
     return out
 
 
+def unscaled(rewards: list[list[float] | None]) -> list[list[float] | None]:
+    """Step rewards as +-1, their 1/K scale dropped: what the min-form takes. Scaled by 1/K, the minimum pays
+    for length (a false step of a 9-step solution costs -1/9, of a 3-step one -1/3): in the sparse world,
+    the oracle's min-form at alpha 1 drove a generator to pad its solutions with steps until it solved
+    nothing (docs/where_it_pays.md). PURE's step rewards are not divided by K either."""
+    return [None if r is None else [1.0 if x > 0 else -1.0 for x in r] for r in rewards]
+
+
 def final_step_rewards(verdicts: list[bool], n_steps: int, final: bool | None, complete: bool) -> list[float]:
     """Step rewards with the final verdict scored as one more step (`tango.credit: final`, ours).
 

@@ -31,6 +31,7 @@ from cotrain.rl.tango import (
     most_uncertain,
     process_advantages,
     step_rewards,
+    unscaled,
     verifier_rewards,
 )
 from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
@@ -108,6 +109,8 @@ def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed:
         ends = [e if len(r) == len(e) else e[-1:] for r, e in zip(s_rewards, ends)]  # the final item alone
     else:
         s_rewards = [step_rewards(x.steps, k) for x, k in zip(parsed, n_steps)]
+    if credit in ("min", "min_final"):  # the minimum of +-1 step rewards: scaled by 1/K it pays for length
+        s_rewards = unscaled(s_rewards)
     form = "min" if credit in ("min", "min_final") else "to_go"
     return s_rewards, process_advantages(s_rewards, ends, group_size, ro.completion_ids.shape[1], credit=form)
 
