@@ -38,7 +38,9 @@ def cmd_run(args) -> int:
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
-    if args.resume and (Path(out) / "eval.json").is_file():  # finished: nothing to resume, nothing re-evaluated
+    # finished: nothing to resume, nothing re-evaluated (one process: under torchrun every rank must take the
+    # same path, and a rank may start after another has written eval.json)
+    if args.resume and (Path(out) / "eval.json").is_file() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         print(f"{out} has finished (eval.json is written); nothing to resume. Its results:", file=sys.stderr)
         _print_results(out, json.loads((Path(out) / "eval.json").read_text(encoding="utf-8")))
         return 0
@@ -273,7 +275,7 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
         verdict = (f"{arm} ahead" if lo > 0 else f"{base} ahead" if hi < 0 else "neither ahead (the interval holds 0)")
         lines.append(f"{arm} − {base} on {split}: {100 * d:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] "
                      f"({acc[base][i]:.3f} → {acc[arm][i]:.3f}): {verdict}; 95% over the problems of this one seed, "
-                     "another seed lands elsewhere (the documented result over seeds below)")
+                     "another seed lands elsewhere (the result over seeds: below)")
     return lines
 
 

@@ -146,7 +146,7 @@ def _provenance_table(run_dir: Path) -> str:
             ("precision", (env.get("precision") or {}).get("reason")),
             ("versions", ", ".join(f"{k} {env[k]}" for k in ("cotrain", "torch", "transformers", "peft", "python") if env.get(k))),
             ("resumed from", "; ".join(str(e.get("cpu")) for e in env.get("earlier", [])) or None)]
-    return _table(["", ""], [(k, v) for k, v in rows if v], cls="provenance")
+    return _table(["provenance", "of this run"], [(k, v) for k, v in rows if v], cls="provenance")
 
 
 def _config_diff(run_dir: Path) -> str:
@@ -183,9 +183,9 @@ def _eval_tables(run_dir: Path) -> str:
         rows = {split: m for split, m in value.items() if isinstance(m, dict)}
         flat = {split: {k: v for k, v in _flatten(m).items() if isinstance(v, (int, float))} for split, m in rows.items()}
         keys = list(dict.fromkeys(k for m in flat.values() for k in m))
-        if keys:
-            out.append(f"<h4>{_e(section)}</h4>" + _table(["split", *keys], [(s, *(flat[s].get(k) for k in keys))
-                                                                            for s in flat], cls="eval"))
+        if keys:  # a metric a row, a split a column: a verifier's forty metrics stay within the page's width
+            out.append(f"<h4>{_e(section)}</h4>" + _table(["metric", *flat], [(k, *(flat[s].get(k) for s in flat))
+                                                                             for k in keys], cls="eval"))
     return "".join(out) or "<p>nothing numeric in eval.json</p>"
 
 
