@@ -19,7 +19,6 @@ from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
 from tests.test_tango import _changed
 
-
 # ----------------------------------------------------------------------------- pure functions
 
 

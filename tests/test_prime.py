@@ -1,6 +1,5 @@
 """The prime recipe (implicit process rewards): its smoke run, the frozen-PRM ablation, the filter's
 refill, a fixed-seed golden with the mutations it must catch, and SIGKILL-then-resume."""
-import json
 import math
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from cotrain.config import build_config
 from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed
-from tests.test_tango import _changed, _weights
+from tests.test_tango import _changed
 
 
 def prime_config(start: Path, **overrides) -> dict:

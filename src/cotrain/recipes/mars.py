@@ -53,19 +53,18 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.evaluate import EVAL_SEED
 from cotrain.eval.during import eval_kwargs
+from cotrain.eval.evaluate import EVAL_SEED
+from cotrain.models.generate import select_rows
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.multi_agent import balanced_indices, grouped_advantages
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
-from cotrain.models.generate import select_rows
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.multi_agent import episode_tokens, evaluate_pair, followed, play, warm_up
 from cotrain.train.rollout import rollout_metrics
 from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import optimizer_step, policy_backward, zero_grads
-
 
 PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
     ("Worker steps that follow the plan (mars)", "share of steps", "followed", True),

@@ -44,7 +44,6 @@ import torch
 from cotrain import dist
 from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
-from cotrain.train.prime import evaluate_prm
 from cotrain.models.build import reference_model
 from cotrain.models.generate import select_rows
 from cotrain.rl.prime import (
@@ -57,10 +56,10 @@ from cotrain.rl.prime import (
 )
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.prime import evaluate_prm
 from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
 from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import generator_update, optimizer_step, rollout_logprobs, zero_grads
-
 
 PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
     ("PRM ranking accuracy (prime)", "ranking accuracy", "ranking_acc", True),

@@ -53,7 +53,6 @@ from cotrain.train.setup import (
 )
 from cotrain.train.update import optimizer_step, sequence_logprobs, zero_grads
 
-
 OPPONENT = "spin/opponent"  # each iteration's opponent: run_dir/spin/opponent_<k>
 
 PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]

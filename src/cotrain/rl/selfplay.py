@@ -17,7 +17,6 @@ Shape letters: C candidate answers, P judging passes, n pairs.
 from __future__ import annotations
 
 import math
-
 from collections import Counter
 
 import torch

@@ -19,7 +19,6 @@ from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
 from cotrain.registry import RECIPES
 from cotrain.runs.alarms import KEYS as ALARM_KEYS
 from cotrain.runs.alarms import alarms_due
-from cotrain.runs.trackers import open_tracker
 from cotrain.runs.rundir import (
     MetricsLogger,
     NullLogger,
@@ -31,6 +30,7 @@ from cotrain.runs.rundir import (
     write_config,
     write_json_atomic,
 )
+from cotrain.runs.trackers import open_tracker
 from cotrain.tasks.base import Task
 
 

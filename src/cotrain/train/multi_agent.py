@@ -13,8 +13,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import torch
-
 from cotrain import dist
 from cotrain.eval.metrics import pass_at_k, wilson_interval
 from cotrain.models.generate import Rollout, concat_rollouts, generate
