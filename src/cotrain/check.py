@@ -204,18 +204,24 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     say(f"memory    peak {where}; a training update needs more, see configs/real/README.md")
 
     # ------------------------------------------------------------------ what the run will cost
-    # a whole step's rollout, timed warm (the first rollout above paid the warm-up): the run's pace
-    step_ids = encode_generator_prompts(tok, [p.question for p in sample_batch(pool, per_step, cfg.seed, 1)])
-    _sync(dev)
-    start = time.perf_counter()
-    generate(model, step_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
-             temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
-             seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
-    _sync(dev)
-    report["cost"] = run_cost(time.perf_counter() - start, t.steps, per_step, len(pool), cfg.checkpoint.keep_last,
+    # a whole step's rollout, timed warm (the first rollout above paid the warm-up): the run's pace; with the
+    # rollout capped (--max-new-tokens) the capped first rollout, scaled to a step's prompts, is all it says
+    if limit == config_limit:
+        step_ids = encode_generator_prompts(tok, [p.question for p in sample_batch(pool, per_step, cfg.seed, 1)])
+        _sync(dev)
+        start = time.perf_counter()
+        generate(model, step_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                 temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
+                 seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
+        _sync(dev)
+        rollout_s = time.perf_counter() - start
+    else:
+        rollout_s = seconds * per_step / len(prompt_ids)
+    report["cost"] = run_cost(rollout_s, t.steps, per_step, len(pool), cfg.checkpoint.keep_last,
                               {role: model_info(m, tk) for role, (m, tk, _) in roles.items()})
-    say(cost_line(report["cost"], t.steps, per_step) + (f" (its rollout capped at {limit} new tokens: more in the run)"
-                                                        if limit != config_limit else ""))
+    say(cost_line(report["cost"], t.steps, per_step) + (
+        f" (from the first rollout capped at {limit} new tokens, scaled to {per_step} prompts: a rough guess)"
+        if limit != config_limit else ""))
     say("ok")
     return report
 
@@ -255,7 +261,7 @@ def cost_line(cost: dict[str, float], steps: int, per_step: int) -> str:
     def hms(s: float) -> str:
         return f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
 
-    return (f"cost      about {hms(cost['step_s'])} a step (a whole step's rollout of {per_step} prompts, timed, taken as "
+    return (f"cost      about {hms(cost['step_s'])} a step (a step's rollout of {per_step} prompts, taken as "
             f"{ROLLOUT_SHARE:.0%} of a step; a co-training step adds its verifier's), {hms(cost['total_s'])} for "
             f"{steps} steps before evaluation\n"
             f"          disk: {gib(cost['checkpoint_bytes'])} a checkpoint (weights and optimizer states), "
