@@ -308,3 +308,21 @@ def test_eval_bars_are_the_generator_s_alone(tmp_path):
         "generator": {"test": {"pass@1": 0.15, "pass@8": 0.4}, "ood": {"pass@1": 0.05}},
         "verifier": {"test": {"maj@8": 0.3, "balanced_accuracy": 0.9}}}))
     assert load_eval(tmp_path) == {("test", "pass@1"): 0.15, ("test", "pass@8"): 0.4, ("ood", "pass@1"): 0.05}
+
+
+def test_roles_ten_times_apart_share_a_panel_on_two_axes(tmp_path, monkeypatch):
+    """A generator's loss near 0.01 and a verifier's near 1 (100 times apart) are drawn on two y axes of
+    the loss panel (the verifier's on the right); losses of one scale share one axis."""
+    from matplotlib.axes import Axes
+
+    from cotrain.analysis import plot
+
+    twins = []
+    original = Axes.twinx
+    monkeypatch.setattr(Axes, "twinx", lambda self: twins.append(self.get_title()) or original(self))
+    rows = [{"step": s, "gen/loss": 0.01 + 0.001 * s, "ver/loss": 1.0 + 0.1 * s} for s in range(1, 9)]
+    plot.plot_runs([_write_run(tmp_path / "apart", rows)])
+    assert twins == ["Training loss"]
+    rows = [{"step": s, "gen/loss": 0.5 + 0.01 * s, "ver/loss": 1.0 + 0.1 * s} for s in range(1, 9)]
+    plot.plot_runs([_write_run(tmp_path / "close", rows)])
+    assert twins == ["Training loss"]  # no second one

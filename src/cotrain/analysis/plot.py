@@ -406,16 +406,29 @@ def _curves_figure(runs: list[_Run], panels: list[_Panel], smooth: int) -> Figur
                                       linestyle=_EXTRA_STYLES[j - 1] if j else "-", label=split)
                                for j, split in enumerate(splits)], title="split", fontsize=9, title_fontsize=9)
         else:
-            for run in runs:
-                for key in _role_keys(run, panel.metric):
-                    role = key.split("/")[0]
-                    if role not in role_styles:
-                        role_styles[role] = next(extra)
-                    x, y = run.series[key]
-                    windows.add(_draw_curve(ax, x, y, smooth, run.color, role_styles[role]))
+            items = [(run, key, key.split("/")[0]) for run in runs for key in _role_keys(run, panel.metric)]
+            # roles on scales ten times apart (a generator's loss and a verifier's) get an axis of their own
+            scale = {}
+            for run, key, role in items:
+                y = run.series[key][1]
+                scale[role] = max(scale.get(role, 0.0), float(np.nanmax(np.abs(y))) if len(y) else 0.0)
+            left = next(iter(scale), None)
+            apart = {r for r, v in scale.items() if left and v > 0 and scale[left] > 0
+                     and not 0.1 <= v / scale[left] <= 10}
+            twin = ax.twinx() if apart else None
+            for run, key, role in items:
+                if role not in role_styles:
+                    role_styles[role] = next(extra)
+                x, y = run.series[key]
+                windows.add(_draw_curve(twin if role in apart else ax, x, y, smooth, run.color, role_styles[role]))
+                if role not in apart:
                     values.append(y)
-                    used_runs.append(run)
-                    used_roles.append(role)
+                used_runs.append(run)
+                used_roles.append(role)
+            if twin is not None:
+                twin.set_ylabel(f"{', '.join(sorted(apart))} (this axis)", fontsize=9)
+                twin.grid(False)
+                ax.set_ylabel(f"{panel.ylabel}: {left}")
         if panel.unit_interval and values:
             all_values = np.concatenate(values)
             # the whole [0, 1] only where the curves span much of it: 0.15 against 0.17 must stay apart
