@@ -343,6 +343,19 @@ def test_the_cli_refuses_an_oracle_where_no_step_verdicts_are_read(tmp_path):
         build_config(nano_config("tango", verifier={"noise_fp": 0.1}))
 
 
+def test_check_starts_the_sparse_world_with_the_oracle(capsys):
+    """`cotrain check configs/sparse/tango.yaml verifier.source=oracle` passes: no verifier model is built, and
+    the first sample is verified by the task's process labels."""
+    from cotrain.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    assert main(["check", str(repo / "configs" / "sparse" / "tango.yaml"), "verifier.source=oracle",
+                 "--prompts", "1", "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "verify    oracle (the task's process labels; no verifier model)" in out
+    assert "\nverifier " not in out and out.rstrip().endswith("ok")
+
+
 def test_an_oracle_run_without_steps_measures_its_world_for_the_worlds_table(sft_run, tmp_path):
     """`verifier.source: oracle` with `train.steps: 0` samples k of each evaluation problem and writes what
     its world looks like through the oracle (eval.json `oracle`): all-wrong groups, where failed samples
