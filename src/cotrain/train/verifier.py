@@ -430,7 +430,8 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
 
 def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
     """The world the final generator faces, measured through the oracle's verdicts (eval.json `oracle`): on
-    `eval.n_sampled` problems of the first eval split, k samples each, the share of all-wrong groups
+    `eval.n_sampled` problems of the first eval split, k samples each (`eval.k`, 8 where it is under 2: with
+    `eval.k: 0` the generator's own evaluation samples nothing more), the share of all-wrong groups
     (`all_wrong@k`), where failed samples first go wrong (`process/first_false_not_last`), and what
     `evaluate_verifiers` reports of the verdicts (noisy: at its rates). A run with `train.steps: 0` so
     measures a start for `cotrain study --worlds` at the cost of the samples alone."""
@@ -442,7 +443,8 @@ def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
         return oracle_verifications(task, problems, texts, correct, cfg.verifier, derive_seed(cfg.seed, "oracle-eval"))
 
     scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=cfg.eval.n_sampled or cfg.tango.eval_n,
-                                k=cfg.eval.k, temperature=cfg.eval.temperature, gen_max_new_tokens=ekw["max_new_tokens"],
+                                k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
+                                gen_max_new_tokens=ekw["max_new_tokens"],
                                 ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=ekw["batch_size"],
                                 bf16=cfg.train.bf16)
     return {name: {split: m} for name, m in scored.items()}
@@ -465,7 +467,8 @@ def final_verifier_results(cfg: RunConfig, session: Session, task, generator: tu
     # without generator steps the trained verifier is the warmed-up one: it is evaluated once
     both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)} if cfg.train.steps else {"verifier_warmup": (warm, wtok)}
     scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.tango.eval_n,
-                                k=cfg.eval.k, temperature=cfg.eval.temperature, gen_max_new_tokens=ekw["max_new_tokens"],
+                                k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
+                                gen_max_new_tokens=ekw["max_new_tokens"],
                                 ver_max_new_tokens=v.max_new_tokens, batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
     for name, m in scored.items():
         results[name] = {split: m}
