@@ -90,9 +90,10 @@ def test_gpu_check_without_cuda_says_so_in_one_line():
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
-# Every case adds one option to `grpo bf16` (the check's real GPU run has them all): `make test` runs the
-# two that reach the most code apart (two models; torchrun with FSDP2), each case a process start of
-# 10-15 s on a 2-core CPU; `make test-heavy` the whole list. (LoRA and checkpointing have tests of their
+# Every case adds one option to `grpo bf16` (the check's real GPU run has them all): `make test-heavy` runs
+# the two that reach the most code apart (two models; torchrun with FSDP2), each case a process start of
+# 10-15 s on a 2-core CPU, and the whole list; `make test` runs the GPU smoke check's dry run below instead
+# (torchrun with FSDP2 is tested in tests/test_dist.py; tango on a stand-in is started by tests/test_real_configs.py). (LoRA and checkpointing have tests of their
 # own in tests/test_memory.py.)
 QUICK_CASES = ["grpo FSDP2 torchrun", "tango bf16"]
 ALL_CASES = ["sft bf16", "grpo bf16", "grpo FSDP2 torchrun", "grpo LoRA", "grpo checkpointing", "grpo compiled",
@@ -100,8 +101,8 @@ ALL_CASES = ["sft bf16", "grpo bf16", "grpo FSDP2 torchrun", "grpo LoRA", "grpo 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cases", [QUICK_CASES, pytest.param(ALL_CASES, marks=pytest.mark.heavy)],
-                         ids=["quick", "every-case"])
+@pytest.mark.parametrize("cases", [pytest.param(QUICK_CASES, marks=pytest.mark.heavy),
+                                   pytest.param(ALL_CASES, marks=pytest.mark.heavy)], ids=["quick", "every-case"])
 def test_gpu_check_dry_run(tmp_path, cases):
     """The GPU check's whole path (stand-in build, bf16, LoRA, checkpointing, tango, torchrun with FSDP2)
     on a nano stand-in on the CPU, so that it cannot rot before a GPU comes."""
