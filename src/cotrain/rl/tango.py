@@ -47,10 +47,6 @@ def step_token_ends(pieces: list[str], line_indices: list[int]) -> list[int]:
     return out
 
 
-CREDITS = ("to_go", "min", "final", "min_final")
-"""The process-advantage constructions of `tango.credit`: how step rewards reach each token."""
-
-
 def process_advantages(rewards: list[list[float] | None], ends: list[list[int]], group_size: int,
                        length: int, eps: float = 1e-6, credit: str = "to_go") -> torch.Tensor:
     """Per-token process advantages from step rewards.

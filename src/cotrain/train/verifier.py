@@ -154,8 +154,11 @@ def step_monitors(task, problems: list, texts: list[str], parsed: list[Verificat
     if not hasattr(task, "step_labels"):
         return out
     steps = [[line for _, line in split_steps(t)] for t in texts]
-    labels = [task.step_labels(p, s) for p, s in zip(problems, steps)]
-    kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)] if hasattr(task, "step_kinds") else None
+    if hasattr(task, "step_kinds"):  # each step judged once: a right step is one without a fault
+        kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)]
+        labels = [[k is None for k in ks] for ks in kinds]
+    else:
+        kinds, labels = None, [task.step_labels(p, s) for p, s in zip(problems, steps)]
     m = step_verdict_metrics([x.steps for x in parsed], labels, kinds)
     names = {"approve_right": "step_approve_right", "catch_false": "step_catch", "first_false_agree": "first_false_agree"}
     out.update({f"cotrain/{names.get(k, k.replace('catch/', 'step_catch/'))}": x for k, x in m.items() if k != "usable"})
