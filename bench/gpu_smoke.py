@@ -174,9 +174,7 @@ def phase_decode(ctx: dict) -> dict:
         ro = generate(model, [prompt], **kwargs)
         _sync(device)
         out[f"ms_per_step_{rows}"] = round(1000 * (time.perf_counter() - t0) / steps, 2)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            generate(model, [prompt], **kwargs)
-        syncs = sum(e.count for e in prof.key_averages() if e.key in ("aten::item", "aten::_local_scalar_dense"))
+        syncs = _host_reads(lambda: generate(model, [prompt], **kwargs), device)
         out[f"syncs_per_token_{rows}"] = round(syncs / max(int(ro.lengths.max()), 1), 2)
     # an eos that ends rows at different steps: the greedy token of the first row at its fourth step
     rows = DECODE_ROWS[ctx["mode"]][0]
@@ -189,6 +187,31 @@ def phase_decode(ctx: dict) -> dict:
     out["compaction_rows_ended_early"] = int((~batch.truncated).sum())
     out["compaction_equal"] = round(sum(_same_tokens(_row(batch, i), a) for i, a in enumerate(alone)) / rows, 4)
     return out
+
+
+HOST_READS = ("item", "__bool__", "cpu", "tolist", "numpy", "__int__", "__float__", "nonzero")
+
+
+def _host_reads(fn, device) -> int:
+    """How many times fn() read a tensor of `device` on the host (item, bool, a copy to the CPU, nonzero...):
+    on a GPU each is a sync; on a CPU (the dry run) every read of any tensor counts."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    count = [0]
+
+    def on_device(args) -> bool:
+        t = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        return t is not None and (t.device.type == torch.device(device).type)
+
+    class Reads(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            count[0] += getattr(func, "__name__", "") in HOST_READS and on_device(args)
+            return func(*args, **(kwargs or {}))
+
+    with Reads():
+        fn()
+    return count[0]
 
 
 def _row(ro, i: int):

@@ -236,6 +236,53 @@ def test_compiled_decoding_gives_the_samples_of_plain_decoding(nano, greedy, mon
     assert torch.allclose(ro.logp, plain.logp, atol=1e-9) and torch.allclose(ro.entropy, plain.entropy, atol=1e-9)
 
 
+HOST_READS = ("item", "__bool__", "cpu", "tolist", "numpy", "__int__", "__float__")
+
+
+def _host_reads(fn) -> tuple[object, int]:
+    """fn()'s result and how many times it read a tensor on the host (on a GPU each read of a device tensor
+    is a sync; on a CPU every read counts, so this bounds the syncs a GPU would see)."""
+    from torch.overrides import TorchFunctionMode
+
+    count = [0]
+
+    class Reads(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            count[0] += getattr(func, "__name__", "") in HOST_READS
+            return func(*args, **(kwargs or {}))
+
+    with Reads():
+        result = fn()
+    return result, count[0]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_decoding_reads_the_host_once_per_block_and_keeps_its_samples(nano, compiled, monkeypatch):
+    """With `check_every` 8 the decode loops (plain and compiled) take their stop and compaction decisions
+    on the host once per block of 8 tokens: the samples, ends and truncation flags equal those of a look
+    at every token, log-probs and entropies up to float rounding, and the host reads fall from at least 2
+    per generated token (a look per token) to at most 0.35 (a block's transfer and its decision, plus the
+    prefill's). The SDPA step mask is built by the loop, so transformers reads none."""
+    import cotrain.models.generate as gen
+
+    monkeypatch.setattr(gen, "COMPILE_BACKEND", "eager")
+    model, tok = nano
+    prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n", "9-9\n"]]
+    kw = dict(max_new_tokens=40, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.3, top_p=1.0,
+              greedy=False, seed=5, bf16=False, group_size=4, compiled=compiled)
+    if compiled:
+        _generate(model, prompts, 0, **kw)  # dynamo traces once, outside the count
+    each, reads_each = _host_reads(lambda: _generate(model, prompts, 0, check_every=1, **kw))
+    block, reads_block = _host_reads(lambda: _generate(model, prompts, 0, check_every=8, **kw))
+    assert 0 < each.truncated.sum() < len(each.truncated)  # rows end at different steps: compaction ran
+    for name in ("completion_ids", "completion_mask", "truncated"):
+        assert torch.equal(getattr(block, name), getattr(each, name)), name
+    assert torch.allclose(block.logp, each.logp, atol=1e-9) and torch.allclose(block.entropy, each.entropy, atol=1e-9)
+    tokens = int(each.lengths.max())
+    assert tokens == 40
+    assert reads_each / tokens >= 2 and reads_block / tokens <= 0.35, (reads_each, reads_block, tokens)
+
+
 @pytest.mark.heavy
 def test_compiled_decoding_with_inductor_gives_the_samples_of_plain_decoding(nano):
     """The same check with the code torch.compile generates (inductor: a C++ compiler, half a minute)."""

@@ -134,8 +134,9 @@ def generate(
     """Sample `group_size` completions of each prompt; rows of a group are contiguous in the result.
 
     Each prompt is run through the model once and its KV cache copied to its G rows. Finished rows
-    are dropped from the batch and the cache as they end, so a batch whose completions differ in
-    length costs what its live rows cost. Under torchrun the prompts are split by rank (whole groups)
+    are dropped from the batch and the cache as they end (seen at the loop's next look on the host:
+    every token on a CPU, every 8 on a GPU, `decode_check_every`), so a batch whose completions differ
+    in length costs about what its live rows cost. Under torchrun the prompts are split by rank (whole groups)
     and the rollouts gathered, so every rank returns the whole rollout.
 
     Args:
@@ -205,9 +206,10 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
 @torch.no_grad()
 def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_tokens: int, eos_id: int, pad_id: int,
               temperature: float, top_p: float, greedy: bool, seed: int | None, bf16: bool, group_size: int, top_k: int = 0,
-              draft_tokens: int = 0, drafter=None, compiled: bool = False) -> Rollout:
+              draft_tokens: int = 0, drafter=None, compiled: bool = False, check_every: int | None = None) -> Rollout:
     """`generate` of this process's prompts, the first of which is group `first_group` of the rollout;
-    `drafter` (anything with `NgramDrafter.draft`) replaces the prompt lookup of drafted decoding."""
+    `drafter` (anything with `NgramDrafter.draft`) replaces the prompt lookup of drafted decoding, and
+    `check_every` the device's `decode_check_every`."""
     if not prompts:
         return _empty_rollout()
     device = next(model.parameters()).device
@@ -248,9 +250,9 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
             _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16, device, drafter, draft_tokens,
                             pad_id=pad_id, **options)
         elif compiled:
-            _static_decode(model, logits, attn, next_pos, cache, noise, bf16, device, **options)
+            _static_decode(model, logits, attn, next_pos, cache, noise, bf16, device, check_every=check_every, **options)
         else:
-            _plain_decode(model, logits, attn, next_pos, cache, noise, bf16, device, **options)
+            _plain_decode(model, logits, attn, next_pos, cache, noise, bf16, device, check_every=check_every, **options)
     width = int(out_mask.sum(-1).max().item()) if n else 0
     model.train(was_training)
     return Rollout(prompt_ids, prompt_mask, out_ids[:, :width], out_mask[:, :width],
@@ -262,33 +264,91 @@ def entropy_of(logp_all: torch.Tensor) -> torch.Tensor:
     return -torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0).sum(-1)
 
 
-def _plain_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, *, eos_id: int,
-                  temperature: float, top_p: float, greedy: bool, out: tuple, top_k: int = 0) -> None:
-    """The decode loop of `generate`: one token per row and forward pass, writing into `out` (ids, logp,
-    entropy, mask [N, max_new_tokens] each, truncated [N]); finished rows leave the batch and the cache."""
+def decode_check_every(device) -> int:
+    """How many tokens the plain and compiled decode loops run between two looks at their tokens on the
+    host (recording, stops, compaction): 1 on a CPU, where a look costs nothing; 8 on an accelerator,
+    where each look is a host sync that drains the launch queue. A row that ends inside a block runs on
+    to the block's end (at most 7 wasted tokens); its tokens after its eos are dropped."""
+    return 1 if torch.device(device).type == "cpu" else 8
+
+
+def _step_record(tokens: torch.Tensor, logp_all: torch.Tensor) -> torch.Tensor:
+    """[3, m] on the device: each row's chosen token id, its log-prob and the distribution's entropy (the
+    ids in the log-probs' float dtype, exact for any vocabulary under 2^24 tokens)."""
+    chosen = logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+    return torch.stack([tokens.to(logp_all.dtype), chosen, entropy_of(logp_all)])
+
+
+def _record_block(block: list[torch.Tensor], rows: torch.Tensor, start: int, eos_id: int, out: tuple,
+                  alive: torch.Tensor | None = None) -> torch.Tensor:
+    """Write a block of decode steps into `out` (ids, logp, entropy, mask [N, max_new_tokens] each,
+    truncated [N]) with one transfer to the host. `block` holds one `_step_record` [3, m] per step, the
+    first at token index `start`, of the m rows `rows` of the full batch (host indices); a row keeps its
+    tokens up to and including its first eos, and rows not `alive` (host bool [m]; default all) keep none.
+    Returns the rows whose eos came in this block (host bool [m])."""
     out_ids, out_logp, out_entropy, out_mask, truncated = out
-    n, max_new_tokens = out_ids.shape
-    live = torch.arange(n)  # rows of the full batch still generating, in cache order
+    host = torch.stack(block, -1).cpu()                                          # [3, m, c]
+    ids = host[0].long()
+    is_eos = ids == eos_id
+    kept = (is_eos.long().cumsum(1) - is_eos.long()) == 0                        # up to the first eos
+    ended = is_eos.any(1)
+    if alive is not None:
+        kept, ended = kept & alive[:, None], ended & alive
+    r, j = kept.nonzero(as_tuple=True)
+    at = (rows[r], start + j)
+    out_ids[at] = ids[r, j]
+    out_logp[at] = host[1][r, j].to(out_logp.dtype)
+    out_entropy[at] = host[2][r, j].to(out_entropy.dtype)
+    out_mask[at] = 1
+    truncated[rows[ended]] = False
+    return ended
+
+
+def _decode_mask(model, attn: torch.Tensor):
+    """The attention mask of a one-token decode step over the cache and the new token (attn [m, L], 1 on
+    positions to attend to): for SDPA models the 4-D boolean mask [m, 1, 1, L] that transformers would
+    build from it, so it skips building one (which reads the mask on the host: a sync per token); the
+    2-D mask otherwise."""
+    if getattr(model.config, "_attn_implementation", None) == "sdpa":
+        return attn[:, None, None, :].bool()
+    return attn
+
+
+def _plain_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, *, eos_id: int,
+                  temperature: float, top_p: float, greedy: bool, out: tuple, top_k: int = 0,
+                  check_every: int | None = None) -> None:
+    """The decode loop of `generate`: one token per row and forward pass, writing into `out` (ids, logp,
+    entropy, mask [N, max_new_tokens] each, truncated [N]). Every `check_every` tokens
+    (`decode_check_every`) the block's tokens come to the host in one transfer, are recorded, and the
+    rows that ended leave the batch and the cache; in between, nothing waits on the device."""
+    n, max_new_tokens = out[0].shape
+    every = check_every or decode_check_every(device)
+    live = torch.arange(n)  # rows of the full batch still generating, in cache order (host)
+    live_dev = live.to(device)
+    noise = None if greedy else noise.to(device)
+    width = attn.shape[1]
+    attn = torch.cat([attn, attn.new_zeros((n, max_new_tokens))], dim=-1)       # [N, P + max_new_tokens]
+    block, start = [], 0
     for t in range(max_new_tokens):
-        tokens, logp_all = choose_tokens(logits, None if greedy else noise[live, t], temperature=temperature,
+        tokens, logp_all = choose_tokens(logits, None if greedy else noise[live_dev, t], temperature=temperature,
                                          top_p=top_p, top_k=top_k, greedy=greedy)
-        out_ids[live, t] = tokens.cpu()
-        out_logp[live, t] = logp_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
-        out_entropy[live, t] = entropy_of(logp_all).cpu()
-        out_mask[live, t] = 1
-        ended = (tokens == eos_id).cpu()
-        truncated[live[ended]] = False
-        if ended.all() or t == max_new_tokens - 1:
-            return
-        if ended.any():  # compact: keep only live rows in the batch and the cache
-            keep = (~ended).nonzero().squeeze(-1)
-            keep_dev = keep.to(device)
-            live, tokens, attn, next_pos = live[keep], tokens[keep_dev], attn[keep_dev], next_pos[keep_dev]
-            cache.batch_select_indices(keep_dev)
-        attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
+        block.append(_step_record(tokens, logp_all))
+        if len(block) == every or t == max_new_tokens - 1:
+            ended = _record_block(block, live, start, eos_id, out)
+            block, start = [], t + 1
+            done = ended.tolist()
+            if all(done) or t == max_new_tokens - 1:
+                return
+            if any(done):  # compact: keep only live rows in the batch and the cache
+                keep = (~ended).nonzero().squeeze(-1)
+                keep_dev = keep.to(device)
+                live, live_dev = live[keep], live_dev[keep_dev]
+                tokens, attn, next_pos = tokens[keep_dev], attn[keep_dev], next_pos[keep_dev]
+                cache.batch_select_indices(keep_dev)
+        attn[:, width + t] = 1
         with autocast(bf16, device):
-            logits = model(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                           **with_cache(model, cache), use_cache=True).logits[:, -1]
+            logits = model(input_ids=tokens[:, None], attention_mask=_decode_mask(model, attn[:, :width + t + 1]),
+                           position_ids=next_pos[:, None], **with_cache(model, cache), use_cache=True).logits[:, -1]
         next_pos = next_pos + 1
 
 
@@ -297,39 +357,39 @@ COMPILE_BACKEND = "inductor"
 
 
 def _static_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, device, *, eos_id: int,
-                   temperature: float, top_p: float, greedy: bool, out: tuple, top_k: int = 0) -> None:
+                   temperature: float, top_p: float, greedy: bool, out: tuple, top_k: int = 0,
+                   check_every: int | None = None) -> None:
     """The decode loop of `generate(compiled=True)`: the prompt's cache (`cache`, dynamic) is copied into
     a `StaticCache` as long as prompt + max_new_tokens, and every pass runs all N rows through the
-    compiled model at the next cache position; a row's tokens are kept until its eos."""
-    out_ids, out_logp, out_entropy, out_mask, truncated = out
-    n, max_new_tokens = out_ids.shape
+    compiled model at the next cache position; a row's tokens are kept until its eos. As in
+    `_plain_decode`, the tokens come to the host every `check_every` tokens, so a pass never waits on one."""
+    n, max_new_tokens = out[0].shape
+    every = check_every or decode_check_every(device)
     p = attn.shape[1]
     static = StaticCache(config=model.config, max_cache_len=p + max_new_tokens)
     for layer, prompt_layer in zip(static.layers, cache.layers):
         layer.update(prompt_layer.keys, prompt_layer.values)
     attn = torch.cat([attn, attn.new_zeros((n, max_new_tokens))], dim=-1)       # [N, P + max_new_tokens]
+    positions = torch.arange(p, p + max_new_tokens, device=device)              # the cache position of each step
+    noise = None if greedy else noise.to(device)
     # A new wrapper per rollout is cheap: dynamo keeps the compiled code, guarded on shapes and dtypes.
     forward = torch.compile(model, dynamic=True, backend=COMPILE_BACKEND)
-    live = torch.ones(n, dtype=torch.bool)
+    rows, live = torch.arange(n), torch.ones(n, dtype=torch.bool)               # host
+    block, start = [], 0
     for t in range(max_new_tokens):
         tokens, logp_all = choose_tokens(logits, None if greedy else noise[:, t], temperature=temperature,
                                          top_p=top_p, top_k=top_k, greedy=greedy)
-        rows = live.nonzero().squeeze(-1)
-        rows_dev = rows.to(device)
-        out_ids[rows, t] = tokens[rows_dev].cpu()
-        out_logp[rows, t] = logp_all[rows_dev].gather(-1, tokens[rows_dev, None]).squeeze(-1).cpu()
-        out_entropy[rows, t] = entropy_of(logp_all[rows_dev]).cpu()
-        out_mask[rows, t] = 1
-        ended = live & (tokens == eos_id).cpu()
-        truncated[ended] = False
-        live &= ~ended
-        if not live.any() or t == max_new_tokens - 1:
-            return
+        block.append(_step_record(tokens, logp_all))
+        if len(block) == every or t == max_new_tokens - 1:
+            live &= ~_record_block(block, rows, start, eos_id, out, alive=live)
+            block, start = [], t + 1
+            if not any(live.tolist()) or t == max_new_tokens - 1:
+                return
         attn[:, p + t] = 1
         with autocast(bf16, device):
             logits = forward(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                              **with_cache(model, static), use_cache=True,
-                             cache_position=torch.tensor([p + t], device=device)).logits[:, -1]
+                             cache_position=positions[t:t + 1]).logits[:, -1]
         next_pos = next_pos + 1
 
 
