@@ -31,6 +31,7 @@ Record the rows, the device and the versions in configs/real/README.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
@@ -155,8 +156,6 @@ def phase_update(ctx: dict, shape_name: str) -> dict:
 
 def phase_decode(ctx: dict) -> dict:
     """ms per decode step and host syncs per token at two batch sizes; compaction against static decoding."""
-    import torch
-
     from cotrain.models.build import load_model
     from cotrain.models.generate import generate
 
@@ -174,7 +173,7 @@ def phase_decode(ctx: dict) -> dict:
         ro = generate(model, [prompt], **kwargs)
         _sync(device)
         out[f"ms_per_step_{rows}"] = round(1000 * (time.perf_counter() - t0) / steps, 2)
-        syncs = _host_reads(lambda: generate(model, [prompt], **kwargs), device)
+        syncs = _host_reads(functools.partial(generate, model, [prompt], **kwargs), device)
         out[f"syncs_per_token_{rows}"] = round(syncs / max(int(ro.lengths.max()), 1), 2)
     # an eos that ends rows at different steps: the greedy token of the first row at its fourth step
     rows = DECODE_ROWS[ctx["mode"]][0]
