@@ -210,6 +210,9 @@ def test_check_starts_real_config_on_standin(standins, capsys, name, arch, cls, 
     assert re.search(r"max_new_tokens 16 \(config \d+\): \d+ tokens in [\d.]+ s = [\d,]+ tokens/s", report["rollout"])
     assert re.match(r"mean \d\.\d{3} over \d+", report["reward"])
     assert report["sample"].startswith(("'", '"')) and "peak" in report["memory"]
+    after_plan = lines[lines.index(next(x for x in lines if x.startswith("plan"))) + 1:]
+    phases = [line.split()[0] for line in after_plan if line.startswith("          ") and ("GiB" in line or "MiB" in line)]
+    assert "rollout" in phases and "update/generator" in phases and ("update/verifier" in phases) == ("verifier" in others)
     assert ("verify" in report) == (name not in ("grpo", "sft"))  # a verifier or judge checks the first sample
     pool = 512 if name in ("triad", "reliability") else 7473  # self-play reads selfplay.seed_questions of them
     assert f"training pool {pool} problems; evaluation test 1319, ood 500" in report["task"]

@@ -25,6 +25,7 @@ from cotrain.config import RunConfig
 from cotrain.dist import device
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import require_eval_splits
+from cotrain.models import memory
 from cotrain.models.build import load_model, prepare_for_training
 from cotrain.models.generate import generate
 from cotrain.models.prompts import (
@@ -44,13 +45,15 @@ SAMPLE_CHARS = 300
 """The sample completion is shown up to this many characters."""
 
 
-def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None, say=print) -> dict:
+def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None,
+          device_memory_gib: float | None = None, say=print) -> dict:
     """Build everything `cfg` needs and run its first rollout; print a short report line by line.
 
     Args:
         cfg: a validated config (`load_config`).
         prompts: training prompts in the rollout (at most the config's prompts per step).
         max_new_tokens: cap on the rollout's completion length (default: the config's).
+        device_memory_gib: the memory the plan is made for (default: the generator's device's).
         say: where report lines go.
 
     Returns:
@@ -201,7 +204,21 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
         where = f"{peak / 2**30:.2f} GiB (peak RSS of this process, CPU)"
     report["peak_memory_bytes"] = peak
-    say(f"memory    peak {where}; a training update needs more, see configs/real/README.md")
+    say(f"memory    peak {where}; a training update needs more (the plan below)")
+
+    # ------------------------------------------------------------------ memory plan
+    plan_roles, work = plan_inputs(cfg, roles, max(lengths), plan)
+    capacity = device_memory_gib * memory.GiB if device_memory_gib else device_capacity(dev)
+    phases = memory.with_engine_bytes(memory.plan(plan_roles, work), capacity)
+    target = f"{device_memory_gib:g} GiB (--device-memory)" if device_memory_gib else f"{capacity / memory.GiB:.1f} GiB ({dev})"
+    say(f"plan      estimated peak of each phase on {target} (cotrain.models.memory):")
+    for line in memory.table(phases, capacity):
+        say(f"          {line}")
+    report["memory_plan"] = {"capacity_bytes": capacity, "peaks": memory.peaks(phases),
+                             "fixes": memory.fixes(plan_roles, work, capacity)}
+    for phase, options in report["memory_plan"]["fixes"].items():
+        say(f"fix       {phase}: " + ("; ".join(options) if options else "no single option fits it: combine them, "
+                                      "or a device with more memory"))
 
     # ------------------------------------------------------------------ what the run will cost
     # a whole step's rollout, timed warm (the first rollout above paid the warm-up): the run's pace; with the
@@ -224,6 +241,41 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         if limit != config_limit else ""))
     say("ok")
     return report
+
+
+def plan_inputs(cfg: RunConfig, roles: dict[str, tuple], prompt_tokens: int, rollout: dict) -> tuple[list, object]:
+    """The memory plan's view of a run: its models (shapes from their configs, dtype, LoRA, checkpointing,
+    a reference copy for the KL term) and the sizes of its phases. A verification's prompt is taken as the
+    problem's prompt plus a whole solution; verifications run in batches of at most 256."""
+    t, g = cfg.train, cfg.grpo
+    out = []
+    for name, (model, _, _) in roles.items():
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        mcfg = (cfg.verifier.model or cfg.model) if name in ("verifier", "judge") else cfg.model
+        params = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)
+        out.append(memory.Role(name, memory.Shapes.of(base.config, params), next(base.parameters()).element_size(),
+                               trains=any(p.requires_grad for p in model.parameters()), lora_r=mcfg.lora_r,
+                               checkpointing=mcfg.gradient_checkpointing, reference=g.beta > 0))
+    rows = rollout["prompts_per_step"] * rollout["group_size"]
+    verifier = "verifier" in roles or "judge" in roles
+    work = memory.Work(rollout_rows=rows, prompt_tokens=prompt_tokens, new_tokens=rollout["max_new_tokens"],
+                       micro_batch=min(t.micro_batch_size or rows, rows), group_size=rollout["group_size"],
+                       eval_rows=cfg.eval.batch_size, eval_new_tokens=cfg.eval.max_new_tokens or g.max_new_tokens,
+                       verify_rows=min(rows, 256) if verifier else 0,
+                       verify_prompt_tokens=prompt_tokens + rollout["max_new_tokens"],
+                       verify_new_tokens=cfg.verifier.max_new_tokens, autocast=bool(t.bf16),
+                       vllm_share=cfg.rollout.gpu_memory_utilization if cfg.rollout.engine == "vllm" else 0.0,
+                       vllm_sleep=cfg.rollout.sleep)
+    return out, work
+
+
+def device_capacity(dev: torch.device) -> float:
+    """Bytes of memory of a device: a GPU's total, or the machine's physical memory for the CPU."""
+    if dev.type == "cuda":
+        return float(torch.cuda.get_device_properties(dev).total_memory)
+    import os
+
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 ROLLOUT_SHARE = 2 / 3

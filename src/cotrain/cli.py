@@ -106,12 +106,15 @@ def cmd_check(args) -> int:
         raise UserError(f"--prompts must be at least 1 (got {args.prompts})")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    if args.device_memory is not None and not 0 < args.device_memory <= 1e6:
+        raise UserError(f"--device-memory must be a size in GiB between 0 and 1e6 (got {args.device_memory:g})")
     require_model_sources(cfg)
     gguf_source.require_sources(cfg)
     from cotrain.check import check
 
     print(f"cotrain check {args.config}", flush=True)
-    check(cfg, prompts=args.prompts, max_new_tokens=args.max_new_tokens, say=lambda line: print(line, flush=True))
+    check(cfg, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device_memory_gib=args.device_memory,
+          say=lambda line: print(line, flush=True))
     return 0
 
 
@@ -459,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("overrides", **OVERRIDES, help="dotted overrides, e.g. model.path=/path/to/model")
     c.add_argument("--prompts", type=int, default=2, help="training prompts in the first rollout (default 2)")
     c.add_argument("--max-new-tokens", type=int, help="cap on the first rollout's completion length")
+    c.add_argument("--device-memory", type=float, metavar="GIB",
+                   help="plan the run's memory for a device of this many GiB (default: the generator's device)")
     c.set_defaults(fn=cmd_check)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint: cotrain eval CHECKPOINT --task arith")

@@ -220,7 +220,8 @@ def generator_update(cfg: RunConfig, model, opt, sched, ro: Rollout, advantages:
 def optimizer_step(model, opt, max_grad_norm: float, lr_scale: float = 1.0) -> float:
     """Average the accumulated gradients over processes (FSDP2 has averaged a sharded model's in its
     backward pass), clip them and step with the learning rate times `lr_scale` (restored after: the
-    schedule is untouched); the norm before clipping."""
+    schedule is untouched); the norm before clipping. The gradients are freed after the step (the next
+    update's `zero_grads` makes them again), so rollouts and the other role's update run without them."""
     if dist.is_sharded(model):
         model._cotrain_version += 1  # its plain copy for rollouts is stale
     else:
@@ -235,6 +236,7 @@ def optimizer_step(model, opt, max_grad_norm: float, lr_scale: float = 1.0) -> f
         opt.step()
         for group, lr in zip(opt.param_groups, rates):
             group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
     return float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
 
 
