@@ -117,7 +117,7 @@ def run_case(shape: str, case: tuple) -> dict:
 
 def real_plans() -> list[str]:
     """The plan of configs/real/tango.yaml (16 prompts x G 8, 512 tokens, micro-batch 16, verifications of
-    512 tokens, bf16 autocast on float32 weights) at Qwen2.5-0.5B and 1.5B shapes on an 80 GiB GPU: as
+    512 tokens on prompts of 768 in groups of 4, bf16 autocast on float32 weights; prompts of 256 tokens) at Qwen2.5-0.5B and 1.5B shapes on an 80 GiB GPU: as
     the code held memory before (gradients never freed) and now, and with the options that fit."""
     from cotrain.models import memory
 
@@ -128,7 +128,7 @@ def real_plans() -> list[str]:
         roles = [memory.Role("generator", s), memory.Role("verifier", s)]
         work = memory.Work(rollout_rows=128, prompt_tokens=256, new_tokens=512, micro_batch=16, group_size=8,
                            eval_rows=64, eval_new_tokens=1024, verify_rows=128, verify_prompt_tokens=768,
-                           verify_new_tokens=512, autocast=True)
+                           verify_new_tokens=512, verify_group=4, autocast=True)
         import dataclasses
 
         for label, rs, w in (("before (gradients held)", roles, dataclasses.replace(work, grads_held=True)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -260,6 +261,10 @@ def test_two_processes_equal_one_then_resume_after_sigkill(grpo_one, tmp_path, f
     args = ["run", str(cfg), f"train.fsdp={str(fsdp).lower()}"]
     resumed = _killed_and_resumed(args, tmp_path / "killed")
     assert resumed.stdout.count("generator/test:") == 1  # one writer
+    if fsdp:  # each process holds about half of every parameter, not a replica
+        shares = re.search(r"sharded over 2 processes: each holds ([\d.]+)%, ([\d.]+)% of its", resumed.stdout)
+        assert shares and all(40 <= float(x) <= 60 for x in shares.groups()), resumed.stdout[-2000:]
+        assert sum(float(x) for x in shares.groups()) == pytest.approx(100, abs=1)
     _assert_same_run(one, tmp_path / "killed")
     rows = [r for r in _rows(tmp_path / "killed") if "gen/reward" in r]
     assert all(r["time/sync"] > 0 and r["throughput/gen_tokens_per_s"] > 0 for r in rows)

@@ -263,7 +263,8 @@ def plan_inputs(cfg: RunConfig, roles: dict[str, tuple], prompt_tokens: int, rol
                        eval_rows=cfg.eval.batch_size, eval_new_tokens=cfg.eval.max_new_tokens or g.max_new_tokens,
                        verify_rows=min(rows, 256) if verifier else 0,
                        verify_prompt_tokens=prompt_tokens + rollout["max_new_tokens"],
-                       verify_new_tokens=cfg.verifier.max_new_tokens, autocast=bool(t.bf16),
+                       verify_new_tokens=cfg.verifier.max_new_tokens, verify_group=cfg.verifier.group_size,
+                       autocast=bool(t.bf16),
                        vllm_share=cfg.rollout.gpu_memory_utilization if cfg.rollout.engine == "vllm" else 0.0,
                        vllm_sleep=cfg.rollout.sleep)
     return out, work

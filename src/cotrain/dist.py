@@ -193,6 +193,12 @@ def shard_model(model):
         fully_shard(layer)
     fully_shard(model)
     model._cotrain_version = 0  # bumped by every optimizer step: the rollout replica's staleness
+    total = sum(p.numel() for p in model.parameters())
+    shares = gather_objects(sum(p.to_local().numel() for p in model.parameters()) / total)  # a collective
+    if is_main():
+        print(f"fsdp      {type(model).__name__} sharded over {len(shares)} processes: each holds "
+              + ", ".join(f"{s:.1%}" for s in shares) + f" of its {total:,} parameters (and of their gradients "
+              "and optimizer states)", flush=True)
     return model
 
 

@@ -19,8 +19,9 @@ width kv = kv_heads x head_dim and vocabulary V:
 - a micro-batch's saved activations: tokens x L x (`ACT_PER_D` d + `ACT_PER_F` f + `ACT_PER_KV` kv)
   (the float32 residual stream and norms, the MLP's four f-wide tensors and the keys and values, in
   the activations' bytes), plus completion tokens x V x `LOGIT_BYTES` (the float32 logits, their
-  tempered copy, the log-sum-exp's saved input and its gradient); with gradient checkpointing only each
-  layer's input (4 d bytes a token) is kept, and one layer's activations at a time are recomputed;
+  tempered copy, the log-sum-exp's saved input and its gradient), plus the logits of the prompt
+  positions where each row runs whole; with gradient checkpointing only each layer's input (4 d bytes a
+  token) is kept, one layer's activations at a time are recomputed, and every row runs with its prompt;
 - a vLLM engine: its `gpu_memory_utilization` share of the device while awake (asleep during the
   updates with `rollout.sleep`).
 
@@ -134,6 +135,7 @@ class Work:
     verify_rows: int = 0           # verifications per batch (0: no verifier model)
     verify_prompt_tokens: int = 0  # a verification's prompt (the problem and the solution)
     verify_new_tokens: int = 0
+    verify_group: int = 1          # verifications per solution in the verifier's update (its prompt run once)
     autocast: bool = False         # bf16 autocast on the compute
     vllm_share: float = 0.0        # the vLLM engine's share of the device (0: no engine)
     vllm_sleep: bool = False       # the engine sleeps during updates
@@ -173,14 +175,18 @@ def decode_work(role: Role, rows: int, prompts: int, prompt_tokens: int, w: Work
 
 def activations(role: Role, w: Work, rows: int, prompt_tokens: int, new_tokens: int, group_size: int = 1) -> float:
     """A micro-batch's forward and backward: `rows` sequences of `new_tokens`, their prompts run once per
-    group of `group_size` (the prompt's keys and values repeated to the group's rows)."""
+    group of `group_size` (the prompt's keys and values repeated to the group's rows); rows run whole
+    (group size 1, or under checkpointing) also hold their prompt positions' logits."""
     s, a = role.shapes, _act_bytes(role, w)
+    if role.checkpointing:
+        group_size = 1  # checkpointed layers keep no KV cache: each row runs with its own prompt
     groups = max(rows // max(group_size, 1), 1)
     tokens = rows * new_tokens + groups * prompt_tokens
+    prompt_logits = rows * prompt_tokens * s.vocab * a if group_size == 1 else 0.0  # one pass over each whole row
     per_layer = ACT_PER_D * s.hidden + ACT_PER_F[a] * s.intermediate + ACT_PER_KV[a] * s.kv
     layers = (s.layers * 4 * s.hidden + per_layer) if role.checkpointing else s.layers * per_layer
     repeated = (rows - groups) * prompt_tokens * 2 * s.kv * a * s.layers if group_size > 1 else 0.0
-    return tokens * layers + repeated + rows * new_tokens * s.vocab * LOGIT_BYTES
+    return tokens * layers + repeated + prompt_logits + rows * new_tokens * s.vocab * LOGIT_BYTES
 
 
 def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
@@ -207,7 +213,7 @@ def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
         if not r.trains:
             continue
         if r is ver:
-            act = activations(r, w, w.micro_batch, w.verify_prompt_tokens, w.verify_new_tokens)
+            act = activations(r, w, w.micro_batch, w.verify_prompt_tokens, w.verify_new_tokens, w.verify_group)
         else:
             act = activations(r, w, w.micro_batch, w.prompt_tokens, w.new_tokens, w.group_size)
         phases[f"update/{r.name}"] = {**resident, **awake, f"gradients/{r.name}": gradients(r),
