@@ -27,15 +27,15 @@ def test_components_by_hand():
     # a decode step: 3 rows x V 10 x 30 = 900 > prefill 1 prompt x 5 tokens x (2 f + 2 d = 24) x 4 = 480
     assert m.decode_work(full, 3, 1, 5, w32) == 900
     # a micro-batch of 2 rows, 3 prompt and 4 new tokens: 14 tokens x 2 layers x (40 d + 16 f + 8 kv = 304)
-    # + 2 x 4 completion tokens x V 10 x 16 bytes + the prompt positions' logits 2 x 3 x 10 x 4
-    assert m.activations(full, w32, 2, 3, 4) == 8512 + 1280 + 240
+    # + 2 x 4 completion tokens x V 10 x 11 bytes + the prompt positions' logits 2 x 3 x 10 x 4
+    assert m.activations(full, w32, 2, 3, 4) == 8512 + 880 + 240
     # one group of 2: the prompt once (11 tokens: 6,688), its keys and values repeated to the second row
     # (1 row x 3 positions x 2 x kv 2 x 4 bytes x 2 layers = 96), the same logits
-    assert m.activations(full, w32, 2, 3, 4, group_size=2) == 6688 + 96 + 1280
+    assert m.activations(full, w32, 2, 3, 4, group_size=2) == 6688 + 96 + 880
     # checkpointing: each layer's input (4 d = 16 bytes) a layer, one layer's activations: 14 x (32 + 304);
     # a group's rows then run whole, each with its prompt
     ckpt = m.Role("g", SHAPES, checkpointing=True)
-    assert m.activations(ckpt, w32, 2, 3, 4) == m.activations(ckpt, w32, 2, 3, 4, group_size=2) == 14 * 336 + 1280 + 240
+    assert m.activations(ckpt, w32, 2, 3, 4) == m.activations(ckpt, w32, 2, 3, 4, group_size=2) == 14 * 336 + 880 + 240
     # LoRA rank 2 on q, k, v, o, gate, up, down: in + out = 8 + 2 x 6 + 8 + 2 x 12 + 12 = 64 a layer, 128 in all
     lora = m.Role("g", SHAPES, lora_r=2)
     assert (lora.trainable, m.gradients(lora), m.optimizer(lora), m.weights(lora)) == (256, 1024, 2048, 4000)
@@ -46,15 +46,15 @@ def test_a_plan_by_hand():
     """One model, no evaluation: the rollout holds weights and AdamW's moments, the KV cache of 3 rows of
     9 positions (864) and the prefill of its 3 prompts (3 x 5 x 24 x 4 = 1,440, over a decode step's
     900); the update adds the gradients and the activations of 2
-    rows of 5 + 4 tokens (18 x 608 + 1,280 + the prompt logits, 400). Held gradients (before they were freed) add 4,000 to the
+    rows of 5 + 4 tokens (18 x 608 + 880 + the prompt logits, 400). Held gradients (before they were freed) add 4,000 to the
     rollout."""
     role = m.Role("generator", SHAPES)
     work = m.Work(rollout_rows=3, prompt_tokens=5, new_tokens=4, micro_batch=2)
     peaks = m.peaks(m.plan([role], work))
-    assert peaks == {"rollout": 4000 + 8000 + 864 + 1440, "update/generator": 4000 + 8000 + 4000 + 18 * 608 + 1280 + 400}
+    assert peaks == {"rollout": 4000 + 8000 + 864 + 1440, "update/generator": 4000 + 8000 + 4000 + 18 * 608 + 880 + 400}
     held = m.peaks(m.plan([role], m.Work(rollout_rows=3, prompt_tokens=5, new_tokens=4, micro_batch=2, grads_held=True)))
     assert held["rollout"] == peaks["rollout"] + 4000
-    # under 20,000 bytes only the update is over; a quarter of the micro-batch (1 row: 9 x 608 + 640 + 200) is not enough
+    # under 20,000 bytes only the update is over; a quarter of the micro-batch (1 row: 9 x 608 + 440 + 200) is not enough
     assert m.fixes([role], work, 20_000) == {"update/generator": []}
     assert m.fixes([role], work, 30_000) == {}
 

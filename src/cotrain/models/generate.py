@@ -531,6 +531,60 @@ def _drafted_decode(model, logits, attn, next_pos, cache, noise, bf16: bool, dev
         ran_pass = True
 
 
+LOGPROB_CHUNK_BYTES = 16 * 2**20
+"""`token_logprobs` works on as many positions at once as fit this many bytes of float32 logits (at
+Qwen2.5's 151,936 tokens 27 positions; a few such tensors are its whole transient)."""
+
+
+def _chunk_rows(vocab: int) -> int:
+    return max(1, LOGPROB_CHUNK_BYTES // (4 * vocab))
+
+
+class _TokenLogprobs(torch.autograd.Function):
+    """log softmax(logits / temperature)[target] per position, without the float32 copies of the whole
+    logits tensor that the plain expression keeps for its backward pass (upcast, tempered copy, the
+    log-sum-exp's saved input): the forward and the backward run over chunks of positions, and the
+    backward recomputes each chunk's softmax from the logits themselves (which the model's output holds
+    anyway). The gradient is the plain expression's: (one-hot(target) - softmax) x grad / temperature,
+    computed in at least float32 and returned in the logits' dtype."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature: float):
+        v = logits.shape[-1]
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        flat, tgt = logits.reshape(-1, v), targets.reshape(-1, 1)
+        out = torch.empty(flat.shape[0], dtype=dtype, device=logits.device)
+        step = _chunk_rows(v)
+        for i in range(0, flat.shape[0], step):
+            x = flat[i:i + step].to(dtype) / temperature
+            out[i:i + step] = x.gather(-1, tgt[i:i + step]).squeeze(-1) - x.logsumexp(-1)
+        ctx.save_for_backward(logits, targets)
+        ctx.temperature = temperature
+        return out.view(targets.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, targets = ctx.saved_tensors
+        v, t = logits.shape[-1], ctx.temperature
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        flat, tgt, g = logits.reshape(-1, v), targets.reshape(-1, 1), grad.reshape(-1, 1).to(dtype)
+        out = torch.empty_like(flat)
+        step = _chunk_rows(v)
+        for i in range(0, flat.shape[0], step):
+            rows = slice(i, i + step)
+            d = -(flat[rows].to(dtype) / t).softmax(-1) * g[rows]
+            d.scatter_add_(-1, tgt[rows], g[rows])
+            out[rows] = d / t
+        return out.view_as(logits), None, None
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / temperature) at each target [...] of logits [..., V], in at least float32,
+    differentiable; memory beyond the logits and their gradient: chunks of `LOGPROB_CHUNK_BYTES`
+    (`_TokenLogprobs`)."""
+    return _TokenLogprobs.apply(logits, targets, float(temperature))
+
+
 def completion_logprobs(
     model: PreTrainedModel,
     prompt_ids: torch.Tensor,
@@ -551,14 +605,12 @@ def completion_logprobs(
     p = prompt_ids.shape[1]
     with autocast(bf16, device):
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-    logits = upcast(logits[:, p - 1:-1]) / temperature                       # [N, T, V]
-    targets = completion_ids.to(device)
-    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # [N, T]
+    logits = logits[:, p - 1:-1]                                              # [N, T, V]
+    logp = token_logprobs(logits, completion_ids.to(device), temperature)    # [N, T]
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            probs = logits.softmax(-1)
-            entropy = -(probs * F.log_softmax(logits, -1)).sum(-1)
+            entropy = entropy_of(F.log_softmax(upcast(logits) / temperature, -1))
     return logp, entropy
 
 
@@ -621,11 +673,9 @@ def group_logprobs(
             rest = model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
                          position_ids=c_pos[:, :-1], **with_cache(model, cache), use_cache=True).logits  # [N, T-1, V]
             first = torch.cat([first, rest], dim=1)
-    logits = upcast(first) / temperature                                                        # [N, T, V]
-    targets = completion_ids.to(device)
-    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)   # [N, T]
+    logp = token_logprobs(first, completion_ids.to(device), temperature)                       # [N, T]
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = -(logits.softmax(-1) * F.log_softmax(logits, -1)).sum(-1)
+            entropy = entropy_of(F.log_softmax(upcast(first) / temperature, -1))
     return logp, entropy

@@ -18,8 +18,9 @@ width kv = kv_heads x head_dim and vocabulary V:
   tokens x (2 f + 2 d) activations) where that is larger;
 - a micro-batch's saved activations: tokens x L x (`ACT_PER_D` d + `ACT_PER_F` f + `ACT_PER_KV` kv)
   (the float32 residual stream and norms, the MLP's four f-wide tensors and the keys and values, in
-  the activations' bytes), plus completion tokens x V x `LOGIT_BYTES` (the float32 logits, their
-  tempered copy, the log-sum-exp's saved input and its gradient), plus the logits of the prompt
+  the activations' bytes), plus completion tokens x V x `LOGIT_BYTES` (the logits, their gradient and
+  the copy a slice or a concatenation of them makes; `token_logprobs` works in float32 chunks of
+  16 MiB and keeps no float32 copy of the whole), plus the logits of the prompt
   positions where each row runs whole; with gradient checkpointing only each layer's input (4 d bytes a
   token) is kept, one layer's activations at a time are recomputed, and every row runs with its prompt;
 - a vLLM engine: its `gpu_memory_utilization` share of the device while awake (asleep during the
@@ -43,8 +44,10 @@ ACT_PER_F = {4: 16.0, 2: 8.3}
 """Saved bytes per token, layer and unit of MLP width, by activation bytes (float32 4, bf16 2)."""
 ACT_PER_KV = {4: 8.0, 2: 4.0}
 """Saved bytes per token, layer and unit of key/value width, by activation bytes."""
-LOGIT_BYTES = 16.0
-"""Bytes per completion token and vocabulary entry of a training forward and backward."""
+LOGIT_BYTES = {4: 11.0, 2: 7.0}
+"""Bytes per completion token and vocabulary entry of a training forward and backward, by activation
+bytes: the logits, their gradient and the copy a slice or concatenation makes of it (`token_logprobs`
+keeps no float32 copy of its own)."""
 DECODE_LOGIT_BYTES = 30.0
 """Bytes per row and vocabulary entry of one decode step's sampling."""
 LORA_RANK_FOR_FIX = 16
@@ -186,7 +189,7 @@ def activations(role: Role, w: Work, rows: int, prompt_tokens: int, new_tokens: 
     per_layer = ACT_PER_D * s.hidden + ACT_PER_F[a] * s.intermediate + ACT_PER_KV[a] * s.kv
     layers = (s.layers * 4 * s.hidden + per_layer) if role.checkpointing else s.layers * per_layer
     repeated = (rows - groups) * prompt_tokens * 2 * s.kv * a * s.layers if group_size > 1 else 0.0
-    return tokens * layers + repeated + prompt_logits + rows * new_tokens * s.vocab * LOGIT_BYTES
+    return tokens * layers + repeated + prompt_logits + rows * new_tokens * s.vocab * LOGIT_BYTES[a]
 
 
 def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
