@@ -71,8 +71,9 @@ def test_rollout_logprobs_match_training_forward(nano):
 
 def test_token_logprobs_by_hand_and_against_the_plain_expression(monkeypatch):
     """Logits (0, ln 3), target 1: log-prob ln 3/4, gradient one-hot - softmax = (-1/4, +1/4). In chunks of
-    3 positions, float64, float32 and bf16 logits give the plain expression's values and gradients (bf16:
-    the gradient rounded to bf16 as the plain expression's upcast rounds it)."""
+    float64, float32 and bf16 logits give the plain expression's values and gradients bit for bit in one
+    chunk (the same operations; bf16: the gradient rounded to bf16 as the plain expression's upcast
+    rounds it), and up to rounding in chunks of 3 positions."""
     import cotrain.models.generate as gen
 
     x = torch.tensor([[0.0, math.log(3.0)]], dtype=torch.float64, requires_grad=True)
@@ -80,18 +81,26 @@ def test_token_logprobs_by_hand_and_against_the_plain_expression(monkeypatch):
     lp.sum().backward()
     assert lp.item() == pytest.approx(math.log(0.75), abs=1e-15)
     assert torch.allclose(x.grad, torch.tensor([[-0.25, 0.25]], dtype=torch.float64), atol=1e-15)
-    monkeypatch.setattr(gen, "LOGPROB_CHUNK_BYTES", 3 * 4 * 11)  # 3 positions of 11 float32 logits
-    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6), (torch.bfloat16, 1e-6)):
-        torch.manual_seed(0)
-        logits = torch.randn(2, 5, 11, dtype=dtype, requires_grad=True)
-        targets, w = torch.randint(0, 11, (2, 5)), torch.randn(2, 5, dtype=torch.float64)
-        ours = gen.token_logprobs(logits, targets, 0.7)
-        (ours.double() * w).sum().backward()
-        g_ours, logits.grad = logits.grad.clone(), None
-        plain = (gen.upcast(logits) / 0.7).log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
-        (plain.double() * w).sum().backward()
-        assert ours.dtype == plain.dtype and torch.allclose(ours, plain, atol=tol), dtype
-        assert g_ours.dtype == dtype and torch.allclose(g_ours.double(), logits.grad.double(), atol=tol), dtype
+    for chunked in (False, True):  # one chunk: bit for bit; chunks of 3 positions: up to the reductions' rounding
+        if chunked:
+            monkeypatch.setattr(gen, "LOGPROB_CHUNK_BYTES", 3 * 4 * 11)
+        for dtype in (torch.float64, torch.float32, torch.bfloat16):
+            torch.manual_seed(0)
+            logits = torch.randn(2, 5, 11, dtype=dtype, requires_grad=True)
+            targets, w = torch.randint(0, 11, (2, 5)), torch.randn(2, 5, dtype=torch.float64)
+            ours = gen.token_logprobs(logits, targets, 0.7)
+            (ours.double() * w).sum().backward()
+            g_ours, logits.grad = logits.grad.clone(), None
+            x = gen.upcast(logits) / 0.7
+            plain = x.gather(-1, targets[..., None]).squeeze(-1) - x.logsumexp(-1)
+            (plain.double() * w).sum().backward()
+            assert ours.dtype == plain.dtype and g_ours.dtype == dtype, dtype
+            if chunked:
+                tol = 1e-12 if dtype == torch.float64 else 1e-5
+                assert torch.allclose(ours, plain, atol=tol, rtol=0), dtype
+                assert torch.allclose(g_ours.double(), logits.grad.double(), atol=tol, rtol=0), dtype
+            else:
+                assert torch.equal(ours, plain) and torch.equal(g_ours, logits.grad), dtype
 
 
 def test_group_logprobs_equal_full_forward_and_backprop(nano):

@@ -545,8 +545,9 @@ class _TokenLogprobs(torch.autograd.Function):
     logits tensor that the plain expression keeps for its backward pass (upcast, tempered copy, the
     log-sum-exp's saved input): the forward and the backward run over chunks of positions, and the
     backward recomputes each chunk's softmax from the logits themselves (which the model's output holds
-    anyway). The gradient is the plain expression's: (one-hot(target) - softmax) x grad / temperature,
-    computed in at least float32 and returned in the logits' dtype."""
+    anyway) and the saved log-sum-exp. The gradient is the plain expression's, (one-hot(target) -
+    softmax) x grad / temperature, computed by the same operations in at least float32 and returned
+    in the logits' dtype."""
 
     @staticmethod
     def forward(ctx, logits, targets, temperature: float):
@@ -554,17 +555,19 @@ class _TokenLogprobs(torch.autograd.Function):
         dtype = torch.promote_types(logits.dtype, torch.float32)
         flat, tgt = logits.reshape(-1, v), targets.reshape(-1, 1)
         out = torch.empty(flat.shape[0], dtype=dtype, device=logits.device)
+        lse = torch.empty_like(out)
         step = _chunk_rows(v)
         for i in range(0, flat.shape[0], step):
             x = flat[i:i + step].to(dtype) / temperature
-            out[i:i + step] = x.gather(-1, tgt[i:i + step]).squeeze(-1) - x.logsumexp(-1)
-        ctx.save_for_backward(logits, targets)
+            lse[i:i + step] = x.logsumexp(-1)
+            out[i:i + step] = x.gather(-1, tgt[i:i + step]).squeeze(-1) - lse[i:i + step]
+        ctx.save_for_backward(logits, targets, lse)
         ctx.temperature = temperature
         return out.view(targets.shape)
 
     @staticmethod
     def backward(ctx, grad):
-        logits, targets = ctx.saved_tensors
+        logits, targets, lse = ctx.saved_tensors
         v, t = logits.shape[-1], ctx.temperature
         dtype = torch.promote_types(logits.dtype, torch.float32)
         flat, tgt, g = logits.reshape(-1, v), targets.reshape(-1, 1), grad.reshape(-1, 1).to(dtype)
@@ -572,7 +575,9 @@ class _TokenLogprobs(torch.autograd.Function):
         step = _chunk_rows(v)
         for i in range(0, flat.shape[0], step):
             rows = slice(i, i + step)
-            d = -(flat[rows].to(dtype) / t).softmax(-1) * g[rows]
+            # as autograd differentiates the plain expression, operation for operation: the log-sum-exp's
+            # share -g exp(x - lse), the gather's g at the target, then the temperature's division
+            d = -g[rows] * ((flat[rows].to(dtype) / t) - lse[rows, None]).exp()
             d.scatter_add_(-1, tgt[rows], g[rows])
             out[rows] = d / t
         return out.view_as(logits), None, None
