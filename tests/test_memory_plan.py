@@ -99,14 +99,19 @@ def test_the_plan_within_a_fifth_of_measured_peaks_on_this_cpu():
         assert row["rollout_measured_mib"] > 5 and abs(row["rollout_error"]) <= 0.2, row
 
 
-def test_check_plans_for_a_named_device_and_refuses_an_absurd_size(capsys):
+@pytest.mark.heavy
+def test_check_plans_for_a_named_device(capsys):
     """`cotrain check --device-memory`: the plan for a device of that size, each phase that does not fit
-    named with its fixes; a size that is not one is refused in one line, exit 2."""
+    named with its fixes. (make test checks the plan's lines on the real configs' stand-ins.)"""
     fast = ["--prompts", "1", "--max-new-tokens", "8"]
     assert main(["check", str(REPO / "configs" / "tango_smoke.yaml"), *fast, "--device-memory", "0.01"]) == 0
     out = capsys.readouterr().out
     assert "plan      estimated peak of each phase on 0.01 GiB (--device-memory)" in out
     assert "OVER by" in out and "\nfix       update/generator: " in out
+
+
+def test_check_refuses_a_device_size_that_is_not_one(capsys):
+    """`cotrain check --device-memory` with a size that is not one: one line, exit 2, before any model."""
     for bad in ("-1", "nan", "1e9"):
         assert main(["check", str(REPO / "configs" / "tango_smoke.yaml"), "--device-memory", bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()

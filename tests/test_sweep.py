@@ -281,6 +281,7 @@ def test_a_run_dir_of_another_config_stops_the_sweep(tmp_path, capsys):
 # ---------------------------------------------------------------- end to end
 
 
+@pytest.mark.heavy
 def test_real_sweep_through_the_cli(tmp_path, monkeypatch, capsys):
     """Two nano SFT runs of 3 steps at once; the second call finds both finished and launches nothing."""
     monkeypatch.setenv("PYTHONPATH", str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
