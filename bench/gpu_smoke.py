@@ -21,6 +21,8 @@ appends one JSON line to `--out` and prints one row: phase, PASS / FAIL / SKIP /
   vllm          (when vLLM is installed) an engine on the model's directory samples; a weight sync of
                 perturbed weights changes its greedy output; sleep frees GPU memory
   compiled      decoding through torch.compile with a static KV cache: greedy tokens against the plain loop
+  offload_1.5b  update_1.5b with AdamW's moments in host memory between steps (train.offload_optimizer):
+                the moments on the host after each step, the gap widening, the peak against update_1.5b's
 
   python bench/gpu_smoke.py                  # on a CUDA machine; --deadline 480 (seconds) by default
   python bench/gpu_smoke.py --cpu-dry-run    # every phase at nano shapes on the CPU (make test runs it)
@@ -56,7 +58,7 @@ SIZES = {"gpu": {"prompts": 4, "group": 4, "prompt_len": 128, "completion_len": 
          "dry": {"prompts": 2, "group": 2, "prompt_len": 8, "completion_len": 8, "micro_batch": 2}}
 DECODE_ROWS = {"gpu": (16, 128), "dry": (2, 4)}
 MIN_SECONDS = {"versions": 1, "update_0.5b": 60, "update_1.5b": 120, "decode": 45, "checkpoint": 20, "lora": 30,
-               "vllm": 90, "compiled": 60}
+               "vllm": 90, "compiled": 60, "offload_1.5b": 120}
 """A phase starts only with this much of the deadline left (the dry run divides by 30)."""
 
 
@@ -118,9 +120,12 @@ def _logp_gap(model, ro, advantages, g, bf16: bool) -> float:
     return (logp[advantages > 0].mean() - logp[advantages < 0].mean()).item()
 
 
-def phase_update(ctx: dict, shape_name: str) -> dict:
-    """Generator and verifier, each 3 AdamW steps on a forced-advantage rollout, both resident."""
+def phase_update(ctx: dict, shape_name: str, offload: bool = False) -> dict:
+    """Generator and verifier, each 3 AdamW steps on a forced-advantage rollout, both resident; with
+    `offload`, AdamW's moments in host memory between steps (`train.offload_optimizer`)."""
     import torch
+
+    from cotrain.train.setup import HostStateAdamW
 
     from cotrain.config import GrpoConfig
     from cotrain.models.build import load_model
@@ -133,7 +138,8 @@ def phase_update(ctx: dict, shape_name: str) -> dict:
     models = {}
     for role in ("generator", "verifier"):
         model, tok = load_model(model_dir)
-        models[role] = (model.to(device).train(), tok, torch.optim.AdamW(model.parameters(), lr=1e-5))
+        adamw = HostStateAdamW if offload else torch.optim.AdamW
+        models[role] = (model.to(device).train(), tok, adamw(model.parameters(), lr=1e-5))
     out = {}
     for role, (model, tok, opt) in models.items():
         ro = _rollout(tok, size, device, seed=1 if role == "verifier" else 0)
@@ -147,6 +153,9 @@ def phase_update(ctx: dict, shape_name: str) -> dict:
         after = _logp_gap(model, ro, adv, g, bf16)
         assert st["tokens_trained"] > 0, f"{role}: no token trained (the forced advantages were skipped)"
         assert after > before, f"{role}: the +1/-1 log-prob gap did not widen ({before:.4f} -> {after:.4f})"
+        if offload:
+            places = {t.device.type for s in opt.state.values() for k, t in s.items() if k != "step"}
+            assert places == {"cpu"}, f"{role}: AdamW's moments are on {places} between steps"
         out[role] = {"step_s": round((time.perf_counter() - t0) / 3, 3), "gap_before": round(before, 4),
                      "gap_after": round(after, 4), "grad_norm": round(st.get("grad_norm", float("nan")), 3)}
     out.update(_peak(device))
@@ -381,7 +390,8 @@ class Models(dict):
 
 PHASES = {"versions": phase_versions, "update_0.5b": lambda ctx: phase_update(ctx, "small"),
           "update_1.5b": lambda ctx: phase_update(ctx, "large"), "decode": phase_decode,
-          "checkpoint": phase_checkpoint, "lora": phase_lora, "vllm": phase_vllm, "compiled": phase_compiled}
+          "checkpoint": phase_checkpoint, "lora": phase_lora, "vllm": phase_vllm, "compiled": phase_compiled,
+          "offload_1.5b": lambda ctx: phase_update(ctx, "large", offload=True)}
 
 
 def run_phase(name: str, ctx: dict, deadline: float) -> dict:

@@ -118,7 +118,8 @@ def run_case(shape: str, case: tuple) -> dict:
 def real_plans() -> list[str]:
     """The plan of configs/real/tango.yaml (16 prompts x G 8, 512 tokens, micro-batch 16, verifications of
     512 tokens on prompts of 768 in groups of 4, bf16 autocast on float32 weights; prompts of 256 tokens) at Qwen2.5-0.5B and 1.5B shapes on an 80 GiB GPU: as
-    the code held memory before (gradients never freed) and now, and with the options that fit."""
+    the code held memory before (gradients never freed) and now, and with the options that fit (checkpointing,
+    LoRA, AdamW's moments in host memory)."""
     from cotrain.models import memory
 
     lines = []
@@ -134,7 +135,9 @@ def real_plans() -> list[str]:
         for label, rs, w in (("before (gradients held)", roles, dataclasses.replace(work, grads_held=True)),
                              ("now", roles, work),
                              ("now, checkpointing", [dataclasses.replace(r, checkpointing=True) for r in roles], work),
-                             ("now, LoRA r16", [dataclasses.replace(r, lora_r=16) for r in roles], work)):
+                             ("now, LoRA r16", [dataclasses.replace(r, lora_r=16) for r in roles], work),
+                             ("now, optimizer states in host memory", roles,
+                              dataclasses.replace(work, offload_optimizer=True))):
             lines.append(f"## {name}, {label}")
             lines += memory.table(memory.plan(rs, w), capacity)
             lines.append(f"fixes: {memory.fixes(rs, w, capacity) or 'none needed'}")

@@ -284,3 +284,57 @@ def test_grpo_with_lora_resumes_and_ends_with_a_plain_model(answering_init, tmp_
     torch.testing.assert_close(_logp(plain, tok), _logp(model, tok), rtol=0, atol=1e-4)
     start, _ = load_model(answering_init)
     assert not torch.allclose(_logp(plain, tok), _logp(start, tok), atol=1e-4)
+
+
+def test_adamw_with_its_moments_in_host_memory_steps_as_adamw():
+    """`train.offload_optimizer`: four steps of `HostStateAdamW` equal plain AdamW's bit for bit (its moments
+    are copied to the parameters' device for a step and back, even where the two are one); between steps
+    they wait in the same host buffers; a state dict taken after two steps and loaded into a fresh one goes
+    on as the uninterrupted optimizer does."""
+    from cotrain.train.setup import HostStateAdamW
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).double()
+
+    def step(net, opt, i):
+        g = torch.Generator().manual_seed(i)
+        loss = net(torch.randn(4, 6, generator=g, dtype=torch.float64)).pow(2).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    plain, host = model(), model()
+    opt_plain = torch.optim.AdamW(plain.parameters(), lr=0.05, weight_decay=0.1)
+    opt_host = HostStateAdamW(host.parameters(), lr=0.05, weight_decay=0.1)
+    buffers = None
+    for i in range(4):
+        step(plain, opt_plain, i)
+        step(host, opt_host, i)
+        for a, b in zip(plain.parameters(), host.parameters()):
+            assert torch.equal(a, b), i
+        now = [opt_host.state[p][k].data_ptr() for p in host.parameters() for k in ("exp_avg", "exp_avg_sq")]
+        assert buffers is None or now == buffers  # the same host buffers every step
+        buffers = now
+        if i == 1:
+            saved = copy.deepcopy(opt_host.state_dict())
+            resumed_net = copy.deepcopy(host)
+    resumed = HostStateAdamW(resumed_net.parameters(), lr=0.05, weight_decay=0.1)
+    resumed.load_state_dict(saved)
+    for i in (2, 3):
+        step(resumed_net, resumed, i)
+    for a, b in zip(plain.parameters(), resumed_net.parameters()):
+        assert torch.equal(a, b)
+    for p, q in zip(plain.parameters(), resumed_net.parameters()):
+        assert torch.equal(opt_plain.state[p]["exp_avg_sq"], resumed.state[q]["exp_avg_sq"])
+
+
+def test_offload_optimizer_is_refused_with_fsdp_and_chosen_by_make_optimizer():
+    from cotrain.train.setup import HostStateAdamW
+
+    with pytest.raises(Exception, match="offload_optimizer does not combine with train.fsdp"):
+        build_config({"train": {"offload_optimizer": True, "fsdp": True}})
+    cfg = build_config({"train": {"offload_optimizer": True}})
+    opt, _ = make_optimizer(torch.nn.Linear(2, 2), cfg.train, 10)
+    assert type(opt) is HostStateAdamW
+    assert type(make_optimizer(torch.nn.Linear(2, 2), build_config({}).train, 10)[0]) is torch.optim.AdamW

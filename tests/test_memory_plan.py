@@ -59,10 +59,26 @@ def test_a_plan_by_hand():
     assert m.fixes([role], work, 30_000) == {}
 
 
+def test_a_plan_with_the_optimizer_in_host_memory_by_hand():
+    """`offload_optimizer`: AdamW's moments (8,000) leave the rollout and the update, and the optimizer step
+    is a phase of its own (weights 4,000 + gradients 4,000 + moments 8,000). Under 25,000 bytes the update
+    (28,224) is over and the offload is one of the options that fix it; its own step phase fits."""
+    role = m.Role("generator", SHAPES)
+    work = m.Work(rollout_rows=3, prompt_tokens=5, new_tokens=4, micro_batch=2)
+    off = m.peaks(m.plan([role], m.Work(rollout_rows=3, prompt_tokens=5, new_tokens=4, micro_batch=2,
+                                        offload_optimizer=True)))
+    assert off == {"rollout": 4000 + 864 + 1440, "update/generator": 4000 + 4000 + 12_224,
+                   "step/generator": 4000 + 4000 + 8000}
+    assert m.peaks(m.plan([role], work))["update/generator"] == 28_224
+    assert "optimizer states in host memory (train.offload_optimizer=true)" in m.fixes([role], work, 25_000)["update/generator"]
+    # under 15,000 the offloaded update is still over, and so would be its step: not offered
+    assert not any("optimizer" in o for o in m.fixes([role], work, 15_000)["update/generator"])
+
+
 def test_the_real_tango_config_at_qwen_shapes_on_an_80_gib_gpu():
     """configs/real/tango.yaml's sizes: at 0.5B every phase fits; at 1.5B both updates are over 80 GiB and
-    gradient checkpointing, a quarter of the micro-batch or LoRA each brings them under; freeing the
-    gradients takes both models' (2 x 5.75 GiB) off every other phase."""
+    gradient checkpointing, a quarter of the micro-batch, LoRA or AdamW's moments in host memory each brings
+    them under; freeing the gradients takes both models' (2 x 5.75 GiB) off every other phase."""
     sys.path.insert(0, str(REPO / "bench"))
     import memory_plan
 
@@ -78,12 +94,16 @@ def test_the_real_tango_config_at_qwen_shapes_on_an_80_gib_gpu():
     fixes = m.fixes(roles, work, gib)
     assert set(fixes) == {"update/generator", "update/verifier"}
     for options in fixes.values():
-        assert [o.split()[0] for o in options] == ["LoRA", "gradient", "micro-batch"], options
+        assert [o.split()[0] for o in options] == ["LoRA", "gradient", "micro-batch", "optimizer"], options
     import dataclasses
 
     before = m.peaks(m.plan(roles, dataclasses.replace(work, grads_held=True)))
     now = m.peaks(m.plan(roles, work))
     assert before["rollout"] - now["rollout"] == pytest.approx(2 * s.params * 4)
+    # full fine-tuning of both models without checkpointing fits with AdamW's moments in host memory
+    offloaded = m.peaks(m.plan(roles, dataclasses.replace(work, offload_optimizer=True)))
+    assert max(offloaded.values()) < 70 * m.GiB
+    assert now["update/verifier"] - offloaded["update/verifier"] == pytest.approx(2 * 2 * s.params * 4)
 
 
 @pytest.mark.heavy

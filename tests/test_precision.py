@@ -122,7 +122,7 @@ def test_gpu_check_dry_run(tmp_path, cases):
     assert all(r["env"]["processes"] == 1 for r in results)  # torchrun --nproc_per_node 1 included
 
 
-DRY_PHASES = "versions,update_0.5b,update_1.5b,decode,checkpoint,lora,vllm"
+DRY_PHASES = "versions,update_0.5b,update_1.5b,decode,checkpoint,lora,vllm,offload_1.5b"
 """`bench/gpu_smoke.py --cpu-dry-run` in `make test`: every phase but `compiled`, whose first torch.compile
 call costs a minute or more on a 2-core CPU (`make test-heavy` runs it; tests/test_models.py checks compiled
 decoding itself)."""
@@ -147,6 +147,9 @@ def test_gpu_smoke_dry_run(tmp_path, phases):
     for role in ("generator", "verifier"):
         f = rows["update_0.5b"]["figures"][role]
         assert f["gap_after"] > f["gap_before"], f
+        # AdamW's moments in host memory: the same steps, the same gaps
+        on_host, resident = rows["offload_1.5b"]["figures"][role], rows["update_1.5b"]["figures"][role]
+        assert on_host["gap_after"] == resident["gap_after"] and on_host["grad_norm"] == resident["grad_norm"]
     assert rows["decode"]["figures"]["compaction_equal"] == 1.0 and rows["lora"]["figures"]["max_logit_diff"] < 1e-4
     if not torch.cuda.is_available():
         bare = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_smoke.py")], capture_output=True, text=True,

@@ -197,8 +197,10 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     gpus = sorted({info["device"] for info in report["roles"].values() if info["device"].startswith("cuda")})
     if gpus:
         peaks = {d: torch.cuda.max_memory_allocated(torch.device(d)) for d in gpus}
+        reserved = {d: torch.cuda.max_memory_reserved(torch.device(d)) for d in gpus}
         peak = max(peaks.values())
-        where = ", ".join(f"{d} {n / 2**30:.2f} GiB" for d, n in peaks.items()) + " (torch.cuda.max_memory_allocated)"
+        where = ", ".join(f"{d} {n / 2**30:.2f} GiB allocated, {reserved[d] / 2**30:.2f} GiB reserved"
+                          for d, n in peaks.items()) + " (torch.cuda.max_memory_allocated / _reserved)"
     else:
         # ru_maxrss is in kilobytes on Linux, in bytes on macOS
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
@@ -266,7 +268,7 @@ def plan_inputs(cfg: RunConfig, roles: dict[str, tuple], prompt_tokens: int, rol
                        verify_new_tokens=cfg.verifier.max_new_tokens, verify_group=cfg.verifier.group_size,
                        autocast=bool(t.bf16),
                        vllm_share=cfg.rollout.gpu_memory_utilization if cfg.rollout.engine == "vllm" else 0.0,
-                       vllm_sleep=cfg.rollout.sleep)
+                       vllm_sleep=cfg.rollout.sleep, offload_optimizer=t.offload_optimizer)
     return out, work
 
 

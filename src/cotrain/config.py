@@ -143,6 +143,10 @@ class TrainConfig(_Section):
     fsdp: bool = Field(False, description=(
         "Under torchrun, shard weights, gradients and optimizer states over the processes (FSDP2, one unit per "
         "decoder layer); rollouts and evaluation use a plain copy of the weights refreshed after each update."))
+    offload_optimizer: bool = Field(False, description=(
+        "Keep AdamW's two moments in host memory between optimizer steps: copied onto the device for each "
+        "step and back (twice the trainable parameters' bytes each way a step), so no other phase holds them; "
+        "`cotrain check` shows the memory it frees. Not with fsdp (which shards the moments already)."))
     micro_batch_size: int | None = Field(None, ge=1, description=(
         "Sequences per forward and backward pass (gradient accumulation; GRPO rounds it down to whole groups, "
         "at least one); null: a process's whole share of the batch at once. The update is the same either way."))
@@ -150,6 +154,13 @@ class TrainConfig(_Section):
     stop_at_acc: float | None = Field(None, gt=0, le=1, description=(
         "SFT: stop once greedy pass@1 on held-out train-split problems (eval.n_during of them, never the "
         "test split) reaches this; checked every eval.every steps."))
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.offload_optimizer and self.fsdp:
+            raise ValueError("train.offload_optimizer does not combine with train.fsdp (FSDP2 shards the moments "
+                             "over the processes already): set one of them to false")
+        return self
 
 
 class GrpoConfig(_Section):

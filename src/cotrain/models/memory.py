@@ -11,7 +11,9 @@ width kv = kv_heads x head_dim and vocabulary V:
   for the length of the region (a rollout, one micro-batch's forward and backward): parameters x 2;
 - gradients: trainable parameters x their bytes, held from the first backward pass of an update to its
   optimizer step (`optimizer_step` frees them, so no other phase holds them);
-- optimizer: AdamW's two moments, trainable parameters x 2 x their bytes, from the first step on;
+- optimizer: AdamW's two moments, trainable parameters x 2 x their bytes, from the first step on; with
+  `train.offload_optimizer` they wait in host memory and are on the device only during their model's
+  optimizer step (a phase `step/<model>` of its own: weights, that model's gradients and moments);
 - the KV cache of a rollout: 2 x L x kv x rows x (prompt + new tokens) x the activations' bytes;
 - a decode step's distribution work: rows x V x `DECODE_LOGIT_BYTES` (float32 logits, tempered,
   log-softmax, the float64 cumulative sum that samples), or the prefill's widest layer (prompts x
@@ -143,6 +145,7 @@ class Work:
     vllm_share: float = 0.0        # the vLLM engine's share of the device (0: no engine)
     vllm_sleep: bool = False       # the engine sleeps during updates
     grads_held: bool = False       # gradients kept between updates (zeroed, never freed)
+    offload_optimizer: bool = False  # AdamW's moments in host memory outside their optimizer step
 
 
 def _act_bytes(role: Role, w: Work) -> int:
@@ -198,7 +201,8 @@ def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
     gen = roles[0]
     ver = next((r for r in roles if r.name == "verifier"), None)
     resident = {f"weights/{r.name}": weights(r) for r in roles}
-    resident.update({f"optimizer/{r.name}": optimizer(r) for r in roles if r.trains})
+    if not w.offload_optimizer:
+        resident.update({f"optimizer/{r.name}": optimizer(r) for r in roles if r.trains})
     if w.grads_held:
         resident.update({f"gradients/{r.name}": gradients(r) for r in roles if r.trains})
     engine = {"vllm engine": w.vllm_share} if w.vllm_share else {}
@@ -221,6 +225,9 @@ def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
             act = activations(r, w, w.micro_batch, w.prompt_tokens, w.new_tokens, w.group_size)
         phases[f"update/{r.name}"] = {**resident, **awake, f"gradients/{r.name}": gradients(r),
                                       f"autocast copy/{r.name}": autocast_copy(r, w), "activations": act}
+        if w.offload_optimizer:
+            phases[f"step/{r.name}"] = {**resident, **awake, f"gradients/{r.name}": gradients(r),
+                                        f"optimizer/{r.name}": optimizer(r)}
     if w.eval_rows:
         phases["evaluation"] = {**resident, **engine, f"autocast copy/{gen.name}": autocast_copy(gen, w),
                                 "kv cache": kv_cache(gen, w, w.eval_rows, w.prompt_tokens + w.eval_new_tokens),
@@ -255,13 +262,17 @@ def fixes(roles: list[Role], w: Work, capacity: float) -> dict[str, list[str]]:
     if w.eval_rows > 1:
         tries[f"evaluation batch {max(w.eval_rows // 4, 1)} (eval.batch_size)"] = (
             roles, dataclasses.replace(w, eval_rows=max(w.eval_rows // 4, 1)))
+    if not w.offload_optimizer and any(r.trains for r in roles):
+        tries["optimizer states in host memory (train.offload_optimizer=true)"] = (
+            roles, dataclasses.replace(w, offload_optimizer=True))
     if w.vllm_share and not w.vllm_sleep:
         tries["the engine asleep in updates (rollout.sleep=true)"] = (roles, dataclasses.replace(w, vllm_sleep=True))
-    out: dict[str, list[str]] = {}
-    for p in over:
-        out[p] = [name for name, (rs, ww) in tries.items()
-                  if peaks(with_engine_bytes(plan(rs, ww), capacity)).get(p, 0.0) <= capacity]
-    return out
+    before = plan(roles, w)
+    after = {name: peaks(with_engine_bytes(plan(rs, ww), capacity)) for name, (rs, ww) in tries.items()}
+    # an option fixes a phase when it brings it under and adds no phase of its own that is over
+    return {p: [name for name, new in after.items()
+                if new.get(p, 0.0) <= capacity and all(b <= capacity for q, b in new.items() if q not in before)]
+            for p in over}
 
 
 def size(n: float) -> str:

@@ -54,8 +54,9 @@ class StepTimer:
     Phases, each one role's work: gen (the generator's or solver's rollouts), verify (a verifier or
     judge generating verdicts), propose (the proposer's questions), reward (grading, rewards,
     advantages), update (backward passes and optimizer steps; tokens trained, prompts included),
-    ver_update (a verifier's own RL step: its rollouts and update), eval. On GPUs, `memory/peak_gib`
-    is the step's peak of allocated GPU memory.
+    ver_update (a verifier's own RL step: its rollouts and update), eval. On GPUs, `memory/peak_gib` is
+    the step's peak of allocated GPU memory and `memory/reserved_gib` the peak held by torch's caching
+    allocator (what the device really gives up, fragmentation included).
     """
 
     def __init__(self):
@@ -86,4 +87,6 @@ class StepTimer:
                     if n and self.seconds[k] > 0})
         if self.gpus:  # the most any one of this process's GPUs held during the step
             out["memory/peak_gib"] = max(torch.cuda.max_memory_allocated(i) for i in self.gpus) / 2**30
+            # what the caching allocator holds: the device's real use, fragmentation included
+            out["memory/reserved_gib"] = max(torch.cuda.max_memory_reserved(i) for i in self.gpus) / 2**30
         return out

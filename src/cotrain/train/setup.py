@@ -81,10 +81,53 @@ def shard_if_asked(model, cfg: TrainConfig):
     return dist.shard_model(model) if cfg.fsdp and dist.world() > 1 else model
 
 
+class HostStateAdamW(torch.optim.AdamW):
+    """AdamW whose moments live in host memory between its steps (`train.offload_optimizer`): each step
+    copies them onto their parameters' device, steps there and copies them back into the same host
+    buffers (page-locked beside a GPU), so rollouts, verification and every backward pass run without
+    them. The arithmetic is AdamW's own; only where the moments wait changes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._host_buffers: dict[tuple[int, str], torch.Tensor] = {}
+
+    def _host_buffer(self, t: torch.Tensor) -> torch.Tensor:
+        return torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
+
+    def _moments(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                for key, value in self.state.get(p, {}).items():
+                    if key != "step" and isinstance(value, torch.Tensor):
+                        yield p, key, value
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for p, key, host in list(self._moments()):  # always a copy, even where the host is the device
+            self.state[p][key] = host.to(p.device, copy=True, non_blocking=True)
+        loss = super().step(closure)
+        for p, key, value in list(self._moments()):
+            host = self._host_buffers.get((id(p), key))
+            if host is None or host.shape != value.shape:
+                host = self._host_buffers[(id(p), key)] = self._host_buffer(value)
+            host.copy_(value)
+            self.state[p][key] = host
+        return loss
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)  # torch places the moments on each parameter's device
+        for p, key, value in list(self._moments()):
+            host = self._host_buffers[(id(p), key)] = self._host_buffer(value)
+            host.copy_(value)
+            self.state[p][key] = host
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, total_steps: int):
-    """AdamW with linear warm-up, then constant, cosine or linear decay (stepped once per step)."""
+    """AdamW with linear warm-up, then constant, cosine or linear decay (stepped once per step); its moments
+    in host memory between steps with `cfg.offload_optimizer` (`HostStateAdamW`)."""
     trainable = [p for p in model.parameters() if p.requires_grad]  # with LoRA: the adapters alone
-    opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    adamw = HostStateAdamW if cfg.offload_optimizer else torch.optim.AdamW
+    opt = adamw(trainable, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
 
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
