@@ -75,6 +75,18 @@ def test_a_plan_with_the_optimizer_in_host_memory_by_hand():
     assert not any("optimizer" in o for o in m.fixes([role], work, 15_000)["update/generator"])
 
 
+def test_the_engine_asleep_is_in_the_rollout_alone():
+    """A vLLM engine's share (a quarter of the device): awake, in every phase; with `rollout.sleep`, in the
+    rollout alone (verification, the updates and evaluation run without it)."""
+    roles = [m.Role("generator", SHAPES), m.Role("verifier", SHAPES)]
+    work = dict(rollout_rows=3, prompt_tokens=5, new_tokens=4, micro_batch=2, eval_rows=2, eval_new_tokens=4,
+                verify_rows=3, verify_prompt_tokens=9, verify_new_tokens=2, vllm_share=0.25)
+    for sleep in (False, True):
+        phases = m.with_engine_bytes(m.plan(roles, m.Work(**work, vllm_sleep=sleep)), 40_000)
+        assert {p for p, c in phases.items() if c.get("vllm engine") == 10_000} == (
+            {"rollout"} if sleep else set(phases)), sleep
+
+
 def test_the_real_tango_config_at_qwen_shapes_on_an_80_gib_gpu():
     """configs/real/tango.yaml's sizes: at 0.5B every phase fits; at 1.5B both updates are over 80 GiB and
     gradient checkpointing, a quarter of the micro-batch, LoRA or AdamW's moments in host memory each brings

@@ -270,6 +270,7 @@ class HFBackedLLM:
 
         self.model, _ = load_model(model)
         self.syncs = 0
+        self.events: list = []
         self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(
             model_runner=types.SimpleNamespace(model=types.SimpleNamespace(load_weights=self._load_weights)))))
         HFBackedLLM.instances.append(self)
@@ -283,6 +284,7 @@ class HFBackedLLM:
         from cotrain.models.generate import generate
 
         out = []
+        self.events.append("generate")
         for prompt, sp in zip(prompts, sampling_params):
             eos = sp.stop_token_ids[0]
             ro = generate(self.model, [prompt["prompt_token_ids"]], group_size=sp.n, max_new_tokens=sp.max_tokens,
@@ -296,7 +298,17 @@ class HFBackedLLM:
         return out
 
     def reset_prefix_cache(self):
-        pass
+        self.events.append("sync")
+
+    def sleep(self, level=1):
+        self.events.append(("sleep", level))
+        if level == 2:  # the weights are gone: sampling before a sync would show it
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    p.fill_(float("nan"))
+
+    def wake_up(self, tags=None):
+        self.events.append("wake_up")
 
 
 @pytest.fixture
@@ -331,6 +343,29 @@ def test_grpo_on_the_vllm_path_syncs_and_corrects(hf_backed_vllm, monkeypatch, t
             assert r["gen/is_weight_mean"] == pytest.approx(cap, abs=1e-5) and r["gen/is_capped_frac"] == 1.0
     for name, p in engine.model.named_parameters():  # the engine holds the trainer's final weights
         assert torch.equal(p, dict(grpo_final_weights(tmp_path))[name]), name
+
+
+def test_the_engine_sleeps_outside_its_rollouts_and_samples_the_trainer_s_weights(hf_backed_vllm, tmp_path):
+    """`rollout.sleep`: the engine wakes for each rollout, takes the trainer's weights, samples and sleeps
+    at level 2 (its weights discarded: the stand-in sets them to NaN) before anything else runs; the run
+    equals the one whose engine stays awake and takes the weights after each update."""
+    from cotrain.config import build_config
+    from cotrain.recipes import grpo
+    from tests.conftest import nano_config
+    from tests.test_recipes import _rows
+
+    def run(sleep: bool, out):
+        cfg = build_config(nano_config("grpo", train={"steps": 3}, rollout={"engine": "vllm", "sleep": sleep},
+                                       grpo={"group_size": 4, "max_new_tokens": 24, "beta": 0.05}))
+        grpo.run(cfg, out)
+        return hf_backed_vllm.instances[-1], [{k: v for k, v in r.items() if not k.startswith(("time", "throughput/"))}
+                                              for r in _rows(out)]
+
+    awake, awake_rows = run(False, tmp_path / "awake")
+    asleep, asleep_rows = run(True, tmp_path / "asleep")
+    assert asleep_rows == awake_rows
+    assert asleep.events == [("sleep", 2)] + ["wake_up", "sync", "generate", ("sleep", 2)] * 3
+    assert awake.events == ["sync"] + ["generate", "sync"] * 3 and awake.syncs == asleep.syncs + 1
 
 
 def grpo_final_weights(run_dir):

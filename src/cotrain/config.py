@@ -601,7 +601,10 @@ class RolloutConfig(_Section):
         "vllm: truncated importance sampling, each token's loss weighted by min(pi_trainer / pi_sampler, tis_cap)."))
     gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vllm: share of the GPU's memory for vLLM.")
     max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + completion (null: the model's).")
-    sleep: bool = Field(False, description="vllm: free the engine's GPU memory during each update (sleep mode).")
+    sleep: bool = Field(False, description=(
+        "vllm: the engine awake only while it samples rollouts (sleep mode, level 2: its weights and KV cache "
+        "freed after each rollout, the trainer's weights pushed when it wakes), so verification, updates and "
+        "evaluation run without it."))
     draft_tokens: int = Field(0, ge=0, le=64, description=(
         "HF path: drafted decoding (prompt lookup) of the generator's rollouts, up to this many guessed tokens "
         "per forward pass; samples unchanged up to float rounding (bench/README.md: when it pays). 0: off."))

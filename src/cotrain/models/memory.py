@@ -25,8 +25,8 @@ width kv = kv_heads x head_dim and vocabulary V:
   16 MiB and keeps no float32 copy of the whole), plus the logits of the prompt
   positions where each row runs whole; with gradient checkpointing only each layer's input (4 d bytes a
   token) is kept, one layer's activations at a time are recomputed, and every row runs with its prompt;
-- a vLLM engine: its `gpu_memory_utilization` share of the device while awake (asleep during the
-  updates with `rollout.sleep`).
+- a vLLM engine: its `gpu_memory_utilization` share of the device while awake (with `rollout.sleep`
+  awake in the rollout alone).
 
 The coefficients were measured on a CPU (bench/memory_plan.py: the process's peak resident memory
 above its start with glibc's allocation cache off, Llama shapes from 1M parameters to SmolLM2-135M's,
@@ -143,7 +143,7 @@ class Work:
     verify_group: int = 1          # verifications per solution in the verifier's update (its prompt run once)
     autocast: bool = False         # bf16 autocast on the compute
     vllm_share: float = 0.0        # the vLLM engine's share of the device (0: no engine)
-    vllm_sleep: bool = False       # the engine sleeps during updates
+    vllm_sleep: bool = False       # the engine sleeps outside rollouts
     grads_held: bool = False       # gradients kept between updates (zeroed, never freed)
     offload_optimizer: bool = False  # AdamW's moments in host memory outside their optimizer step
 
@@ -211,11 +211,11 @@ def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
     phases["rollout"] = {**resident, **engine, f"autocast copy/{gen.name}": autocast_copy(gen, w),
                          "kv cache": kv_cache(gen, w, w.rollout_rows, w.prompt_tokens + w.new_tokens),
                          "decode step": decode_work(gen, w.rollout_rows, prompts, w.prompt_tokens, w)}
+    awake = {} if w.vllm_sleep else engine  # outside the rollout
     if ver is not None and w.verify_rows:
-        phases["verification"] = {**resident, **engine, f"autocast copy/{ver.name}": autocast_copy(ver, w),
+        phases["verification"] = {**resident, **awake, f"autocast copy/{ver.name}": autocast_copy(ver, w),
                                   "kv cache": kv_cache(ver, w, w.verify_rows, w.verify_prompt_tokens + w.verify_new_tokens),
                                   "decode step": decode_work(ver, w.verify_rows, w.verify_rows, w.verify_prompt_tokens, w)}
-    awake = {} if w.vllm_sleep else engine
     for r in roles:
         if not r.trains:
             continue
@@ -229,7 +229,7 @@ def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
             phases[f"step/{r.name}"] = {**resident, **awake, f"gradients/{r.name}": gradients(r),
                                         f"optimizer/{r.name}": optimizer(r)}
     if w.eval_rows:
-        phases["evaluation"] = {**resident, **engine, f"autocast copy/{gen.name}": autocast_copy(gen, w),
+        phases["evaluation"] = {**resident, **awake, f"autocast copy/{gen.name}": autocast_copy(gen, w),
                                 "kv cache": kv_cache(gen, w, w.eval_rows, w.prompt_tokens + w.eval_new_tokens),
                                 "decode step": decode_work(gen, w.eval_rows, w.eval_rows, w.prompt_tokens, w)}
     return phases
@@ -266,7 +266,7 @@ def fixes(roles: list[Role], w: Work, capacity: float) -> dict[str, list[str]]:
         tries["optimizer states in host memory (train.offload_optimizer=true)"] = (
             roles, dataclasses.replace(w, offload_optimizer=True))
     if w.vllm_share and not w.vllm_sleep:
-        tries["the engine asleep in updates (rollout.sleep=true)"] = (roles, dataclasses.replace(w, vllm_sleep=True))
+        tries["the engine asleep outside rollouts (rollout.sleep=true)"] = (roles, dataclasses.replace(w, vllm_sleep=True))
     before = plan(roles, w)
     after = {name: peaks(with_engine_bytes(plan(rs, ww), capacity)) for name, (rs, ww) in tries.items()}
     # an option fixes a phase when it brings it under and adds no phase of its own that is over

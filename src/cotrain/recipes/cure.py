@@ -137,7 +137,6 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         zero_grads(model)
         if c.two_models:
             zero_grads(tester)
-        sampler.before_update()
         mask = ro.completion_mask.clone()
         if g.mask_truncated:
             mask[ro.truncated] = 0

@@ -21,7 +21,11 @@ class Sampler:
     trainer's GPU whose weights follow the trainer's after every update.
 
     With vLLM the prompts are split by rank as `generate` splits them, and `tis_cap` tells the update
-    to correct for the sampler/trainer mismatch (truncated importance sampling).
+    to correct for the sampler/trainer mismatch (truncated importance sampling). With `rollout.sleep`
+    the engine is awake only while it samples: it wakes for a rollout, takes the trainer's weights
+    then, and sleeps at level 2 (weights and KV cache freed) as soon as the rollout is done, so the
+    verification, every update and evaluation run without it. Without sleep mode the weights are
+    pushed after each update, as soon as they change.
     """
 
     def __init__(self, cfg: RunConfig, model, tokenizer, run_dir: Path):
@@ -40,16 +44,31 @@ class Sampler:
         self.engine = VllmEngine(str(path), gpu_memory_utilization=r.gpu_memory_utilization,
                                  max_model_len=r.max_model_len, seed=cfg.seed, enable_sleep_mode=r.sleep,
                                  dtype="auto" if cfg.model.dtype == "float32" else cfg.model.dtype)
-        self.engine.sync_weights(model)  # a resumed or warmed-up start differs from the directory
+        self.sleeps = r.sleep
+        self.stale = True  # a resumed or warmed-up start differs from the directory
+        if self.sleeps:
+            self.engine.sleep(level=2)  # until the first rollout, which pushes the start's weights
+        else:
+            self._sync(model)
         self.tis_cap = r.tis_cap
+
+    def _sync(self, model) -> None:
+        self.engine.sync_weights(model)
+        self.stale = False
 
     def __call__(self, model, prompts: list[list[int]], *, seed: int, bf16: bool = False, **kwargs):
         """`generate(model, prompts, seed=seed, bf16=bf16, **kwargs)`, on the configured engine."""
         if self.engine is None:
             return generate(model, prompts, seed=seed, bf16=bf16, draft_tokens=self.draft_tokens,
                             compiled=self.compiled, **kwargs)
-        return split_by_rank(prompts, self.pad_id, lambda mine, first: self.engine.generate(
+        self.engine.wake_up()  # a no-op when awake
+        if self.stale or self.sleeps:  # a level-2 sleep discarded the engine's weights
+            self._sync(model)
+        ro = split_by_rank(prompts, self.pad_id, lambda mine, first: self.engine.generate(
             mine, seed=derive_seed(seed, first), **kwargs))
+        if self.sleeps:
+            self.engine.sleep(level=2)
+        return ro
 
     def groups(self, model, tokenizer, questions: list[str], g: GrpoConfig, *, seed: int,
                bf16: bool = False) -> tuple[Rollout, list[str]]:
@@ -60,15 +79,14 @@ class Sampler:
                   temperature=g.temperature, top_p=g.top_p, top_k=g.top_k, seed=seed, bf16=bf16)
         return ro, decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
 
-    def before_update(self) -> None:
-        if self.engine is not None:
-            self.engine.sleep()
-
     def after_update(self, model) -> None:
-        """Wake the engine and push the trainer's new weights into it."""
-        if self.engine is not None:
-            self.engine.wake_up()
-            self.engine.sync_weights(model)
+        """The trainer's weights changed: pushed into the engine now (awake all along) or when it next
+        wakes to sample (sleep mode)."""
+        if self.engine is None:
+            return
+        self.stale = True
+        if not self.sleeps:
+            self._sync(model)
 
 
 def rollout_tokens(ro) -> tuple[int, int]:

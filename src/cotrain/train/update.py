@@ -202,13 +202,12 @@ def _backward(model, ro: Rollout, advantages, mask, g: GrpoConfig, chunks: list[
 def generator_update(cfg: RunConfig, model, opt, sched, ro: Rollout, advantages: torch.Tensor, *, sampler,
                      ref_model=None, lr_scale: float = 1.0) -> dict[str, float]:
     """The generator's step on its rollouts (`policy_update` with the run's settings): truncated samples
-    left out of the loss when `grpo.mask_truncated`, the rollout engine asleep during the update and
-    given the new weights after it (`train.rollout.Sampler`), the schedule stepped; the learning rate
+    left out of the loss when `grpo.mask_truncated`, the rollout engine told the weights changed
+    (`train.rollout.Sampler`), the schedule stepped; the learning rate
     times `lr_scale` for this step alone."""
     mask = ro.completion_mask.clone()                                                  # [B*G, T]
     if cfg.grpo.mask_truncated:
         mask[ro.truncated] = 0
-    sampler.before_update()
     st = policy_update(model, opt, ro, advantages, mask, cfg.grpo, max_grad_norm=cfg.train.max_grad_norm,
                        bf16=cfg.train.bf16, ref_model=ref_model, micro_batch_size=cfg.train.micro_batch_size,
                        tis_cap=sampler.tis_cap, lr_scale=lr_scale)
