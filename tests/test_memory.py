@@ -338,3 +338,29 @@ def test_offload_optimizer_is_refused_with_fsdp_and_chosen_by_make_optimizer():
     opt, _ = make_optimizer(torch.nn.Linear(2, 2), cfg.train, 10)
     assert type(opt) is HostStateAdamW
     assert type(make_optimizer(torch.nn.Linear(2, 2), build_config({}).train, 10)[0]) is torch.optim.AdamW
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_frozen_reference_in_bf16_gives_autocast_s_log_probs_bit_for_bit(tied):
+    """`reference_model(model, bf16=True)`: the KL reference's linear layers held in bf16 (a tied head and
+    the embedding stay float32); under bf16 autocast its log-probs equal the float32 copy's bit for bit, in
+    less memory."""
+    torch.manual_seed(0)
+    model, _ = build_model(ModelConfig(preset="nano"))
+    if not tied:
+        model.config.tie_word_embeddings = False
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    plain, held = reference_model(model), reference_model(model, bf16=True)
+    dtypes = {n: p.dtype for n, p in held.named_parameters()}
+    assert dtypes["model.layers.0.self_attn.q_proj.weight"] == torch.bfloat16
+    assert dtypes["model.embed_tokens.weight"] == dtypes["model.norm.weight"] == torch.float32
+    if not tied:
+        assert dtypes["lm_head.weight"] == torch.bfloat16
+    ids = torch.randint(3, model.config.vocab_size, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = plain(ids).logits.float().log_softmax(-1), held(ids).logits.float().log_softmax(-1)
+    assert torch.equal(a, b)
+    size = lambda m: sum(p.numel() * p.element_size() for p in m.parameters())  # noqa: E731
+    assert size(held) < 0.8 * size(plain)
+    for setting in (False, "auto"):  # unresolved or off: as it was
+        assert all(p.dtype == torch.float32 for p in reference_model(model, bf16=setting).parameters())

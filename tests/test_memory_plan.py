@@ -22,6 +22,7 @@ def test_components_by_hand():
     assert (m.weights(full), m.gradients(full), m.optimizer(full)) == (4000, 4000, 8000)
     assert m.autocast_copy(full, w32) == 0 and m.autocast_copy(full, w16) == 2000   # 1,000 x 2 bytes
     assert m.weights(m.Role("g", SHAPES, reference=True)) == 8000                     # the KL's frozen copy
+    assert m.weights(m.Role("g", SHAPES, reference=True), w16) == 6000                # held in bf16 under autocast
     # keys and values: 2 x L 2 x kv 2 x 3 rows x 5 positions x 4 bytes (bf16: 2)
     assert m.kv_cache(full, w32, 3, 5) == 480 and m.kv_cache(full, w16, 3, 5) == 240
     # a decode step: 3 rows x V 10 x 30 = 900 > prefill 1 prompt x 5 tokens x (2 f + 2 d = 24) x 4 = 480

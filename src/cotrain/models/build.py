@@ -309,13 +309,29 @@ def prepare_for_training(model: PreTrainedModel, cfg: ModelConfig, device: str |
     return model
 
 
-def reference_model(model):
-    """The frozen reference of a KL penalty: a copy of `model` in eval mode without gradients, or for a
-    LoRA model its base with the adapters switched off (no copy)."""
+def reference_model(model, bf16: bool = False):
+    """The frozen reference of a KL penalty: a copy of `model` in eval mode without gradients (its linear
+    layers held in bf16 under bf16 autocast: `in_compute_dtype`), or for a LoRA model its base with the
+    adapters switched off (no copy)."""
     from cotrain import dist
 
     if is_lora(model):
         return AdapterOff(model)
     if dist.is_sharded(model):  # a plain copy of the start's weights on each process
-        return copy.deepcopy(dist.plain_copy(model)).eval().requires_grad_(False)
-    return copy.deepcopy(model).eval().requires_grad_(False)
+        return in_compute_dtype(copy.deepcopy(dist.plain_copy(model)).eval().requires_grad_(False), bf16)
+    return in_compute_dtype(copy.deepcopy(model).eval().requires_grad_(False), bf16)
+
+
+def in_compute_dtype(model, bf16: bool):
+    """A frozen model whose forward passes run under bf16 autocast, its float32 linear layers held in bf16:
+    autocast casts each of their weights and biases to bf16 on every forward anyway, so the products are
+    bit for bit the same, and the float32 copy and autocast's copy give way to one bf16 copy. The embedding
+    (autocast runs it in its own dtype), a head tied to it and the norms (float32 under autocast) stay as
+    they are. Unchanged unless `bf16` is True."""
+    if bf16 is not True:
+        return model
+    tied = model.get_input_embeddings().weight
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32 and module.weight is not tied:
+            module.to(torch.bfloat16)
+    return model

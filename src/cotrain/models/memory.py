@@ -6,7 +6,8 @@ Every figure is bytes. The components of a decoder of L layers, hidden size d, M
 width kv = kv_heads x head_dim and vocabulary V:
 
 - weights: parameters x their dtype's bytes; a frozen reference copy when the KL term needs one and the
-  model trains in full (LoRA's reference is its base model, no copy);
+  model trains in full (LoRA's reference is its base model, no copy), held in bf16 under bf16 autocast
+  (`models.build.in_compute_dtype`);
 - autocast's copies: bf16 autocast on float32 weights keeps a bf16 copy of each weight it multiplies
   for the length of the region (a rollout, one micro-batch's forward and backward): parameters x 2;
 - gradients: trainable parameters x their bytes, held from the first backward pass of an update to its
@@ -152,8 +153,11 @@ def _act_bytes(role: Role, w: Work) -> int:
     return 2 if w.autocast or role.weight_bytes == 2 else 4
 
 
-def weights(role: Role) -> float:
-    return role.shapes.params * role.weight_bytes * (2 if role.reference and not role.lora_r else 1)
+def weights(role: Role, w: Work | None = None) -> float:
+    own = role.shapes.params * role.weight_bytes
+    if not role.reference or role.lora_r:
+        return own
+    return own + role.shapes.params * (2 if w is not None and w.autocast else role.weight_bytes)
 
 
 def autocast_copy(role: Role, w: Work) -> float:
@@ -200,7 +204,7 @@ def plan(roles: list[Role], w: Work) -> dict[str, dict[str, float]]:
     is evaluated) and whose role named "verifier", if any, verifies the rollouts."""
     gen = roles[0]
     ver = next((r for r in roles if r.name == "verifier"), None)
-    resident = {f"weights/{r.name}": weights(r) for r in roles}
+    resident = {f"weights/{r.name}": weights(r, w) for r in roles}
     if not w.offload_optimizer:
         resident.update({f"optimizer/{r.name}": optimizer(r) for r in roles if r.trains})
     if w.grads_held:

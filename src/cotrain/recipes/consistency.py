@@ -81,7 +81,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model.train()  # each on its model config's device: initial_model and initial_verifier placed them
     verifier.train()
     # The generator's frozen start (with LoRA: its base, adapters off): the KL's reference, the safeguard's.
-    ref_model = reference_model(model) if g.beta > 0 or cfg.safeguard.measures_kl else None
+    ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 or cfg.safeguard.measures_kl else None
     labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
     pool = blind(labelled_pool)
     truth = {p.question: p for p in labelled_pool}  # ground truth of the training problems, for gt/* metrics only

@@ -50,7 +50,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model, tokenizer = initial_model(cfg)
     model.train()  # on model.device: initial_model placed it
     # The frozen reference is the starting model (with LoRA: its base, adapters off); none when beta == 0.
-    ref_model = reference_model(model) if g.beta > 0 else None
+    ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None
     cur = cfg.curriculum
     levels = [make_task(cfg.task.name, **{**cfg.task.options(), **lv}) for lv in cur.levels] or [task]
     pools = [training_pool(t, cfg, cfg.train.n_problems)[0] for t in levels]

@@ -125,7 +125,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model, tokenizer = initial_model(cfg)
     model.train()  # on its model config's device: initial_model placed it
     # The generator's frozen reference is its start (with LoRA: its base, adapters off); none when beta == 0.
-    ref_model = reference_model(model) if g.beta > 0 else None
+    ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None
     pool, _ = training_pool(task, cfg, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
