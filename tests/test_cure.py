@@ -10,6 +10,8 @@ import yaml
 
 from cotrain.config import build_config
 from cotrain.errors import UserError
+from cotrain.eval.cure_metrics import matrix_metrics
+from cotrain.recipes.cure import execution_matrices, require_unit_tests
 from cotrain.rl.cure import best_of_n, case_rewards, code_rewards, normalise
 from cotrain.roles import tester
 from cotrain.tasks.arith import ArithTask
@@ -17,7 +19,6 @@ from cotrain.tasks.base import LabelLeak, blind
 from cotrain.tasks.code import HumanEvalTask
 from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.mathdata import shipped_data_dir
-from cotrain.train.cure import execution_matrices, matrix_metrics, require_unit_tests
 from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed

@@ -272,7 +272,7 @@ def test_judging_stopped_early_draws_the_rest_only_where_the_first_passes_disagr
     """selfplay.judge_early_stop, P=3: every distinct pair gets 2 passes, a third only where they
     disagree; an agreed pair's scores are its verdict 3 times, an open pair's its 3 drawn passes."""
     from cotrain.models.build import load_model
-    from cotrain.rl.selfplay import judge_score
+    from cotrain.rl.mae import judge_score
     from cotrain.train.compute import Compute
     from cotrain.train.selfplay import judge
 

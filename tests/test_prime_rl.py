@@ -106,7 +106,7 @@ def test_ranking_accuracy_by_hand():
 def test_step_scores_sum_each_steps_tokens():
     """Tokens 0-1 are step 1 (it ends on token 1), 2-4 step 2, 5 the final line: 0.5 − 0.25 and
     1 + 0 − 2."""
-    from cotrain.train.prime import step_scores
+    from cotrain.eval.prm_metrics import step_scores
 
     assert step_scores([0.5, -0.25, 1.0, 0.0, -2.0, 9.0], [1, 4]) == [0.25, -1.0]
 
@@ -120,7 +120,7 @@ def test_prm_metrics_by_hand():
     steps −0.5, 0.5 with the first false; sample 4 unlabelled. Step AUROC: correct {0.5, 1.5, 0.2},
     false {−1.2, −0.5}: all 6 pairs ordered right, 1.0. First errors: sample 2's lowest step is its
     second (the first false): match; sample 3's lowest is its first (the first false): match -> 1.0."""
-    from cotrain.train.prime import prm_metrics
+    from cotrain.eval.prm_metrics import prm_metrics
 
     m = prm_metrics([2.0, -1.0, 0.0, 1.0], [True, False, False, True], 2,
                     [[0.5, 1.5], [0.2, -1.2], [-0.5, 0.5], [1.0]],

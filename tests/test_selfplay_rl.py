@@ -4,26 +4,25 @@ import math
 import pytest
 import torch
 
-from cotrain.rl.selfplay import (
+from cotrain.rl.curriculum import next_level
+from cotrain.rl.judge_reliability import (
+    pairwise_from_pointwise,
+    passes_thresholds,
+    preference_stability,
+    reliability_reward,
+    reliability_signals,
+)
+from cotrain.rl.mae import (
     agreement_round,
     decided_scores,
-    dpo_loss,
     judge_score,
     learnability_reward,
     mae_proposer_reward,
     mae_solver_reward,
-    majority_vote,
-    next_level,
-    pairwise_from_pointwise,
-    passes_thresholds,
-    preference_pairs,
-    preference_stability,
-    pseudo_labels,
-    ranking_loss,
-    reliability_reward,
-    reliability_signals,
     role_advantages,
 )
+from cotrain.rl.majority import majority_vote, pseudo_labels
+from cotrain.rl.preference import dpo_loss, preference_pairs, ranking_loss
 
 # ---------------------------------------------------------------- consistency
 
@@ -283,7 +282,7 @@ def test_next_level():
 def test_consistency_rewards_by_hand():
     """w = 0.25: approved and agreeing 0.25 + 0.75 = 1.0; approved only 0.25; agreeing only 0.75;
     unparsable verdict and no pseudo-label 0.0."""
-    from cotrain.rl.selfplay import consistency_rewards
+    from cotrain.rl.majority import consistency_rewards
 
     r = consistency_rewards([True, False, True, None], [True, True, False, None], 0.25)
     assert r.tolist() == pytest.approx([1.0, 0.25, 0.75, 0.0])

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from cotrain.config import build_config
-from cotrain.rl.selfplay import spin_loss
+from cotrain.rl.preference import spin_loss
 from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from cotrain.config import build_config
-from cotrain.rl.selfplay import correct_incorrect_pairs
+from cotrain.rl.preference import correct_incorrect_pairs
 from tests.conftest import nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
 from tests.test_recipes import _rows, run_killed_and_resumed

@@ -72,7 +72,7 @@ def verdict_metrics(approved: list[bool | None], correct: list[bool], scores: li
         if not np.all(np.isfinite(s)):
             raise ValueError("verdict_metrics: every score must be finite (map an unparsed verdict to a number)")
         if n_pos and n_neg:
-            out["auroc"] = _mann_whitney_auroc(s, np.array(correct))
+            out["auroc"] = mann_whitney_auroc(s, np.array(correct))
     return out
 
 
@@ -93,7 +93,7 @@ def verifier_gap(approved: list[bool | None], correct: list[bool]) -> float:
     return sum(kept) / len(kept) - sum(bool(c) for c in correct) / len(correct)
 
 
-def _mann_whitney_auroc(scores: np.ndarray, positive: np.ndarray) -> float:
+def mann_whitney_auroc(scores: np.ndarray, positive: np.ndarray) -> float:
     """AUROC = (R_pos − P(P+1)/2) / (P·N) with R_pos the sum of the positives' 1-based ranks, tied scores
     taking their average rank (which is what counts a tied positive/negative pair as 1/2)."""
     _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)

@@ -41,7 +41,7 @@ from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifi
 from cotrain.eval.verifier_metrics import verdict_metrics
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
-from cotrain.rl.selfplay import consistency_rewards, pseudo_labels
+from cotrain.rl.majority import consistency_rewards, pseudo_labels
 from cotrain.rl.tango import alpha_at, mix_advantages
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session

@@ -3,7 +3,8 @@
 One model plays both in two prompts, or two models do.
 
 Wang et al. 2025, "Co-Evolving LLM Coder and Unit Tester via Reinforcement Learning" (Gen-Verse/CURE);
-rewards in rl/cure.py, the execution matrix in train/cure.py. Untrusted code runs only in the sandbox.
+rewards in rl/cure.py, the ground-truth monitors in eval/cure_metrics.py. Untrusted code runs only in
+the sandbox.
 
 Algorithm, each step:
   coder    B problems, G = grpo.group_size codes each (the generator prompt).
@@ -11,7 +12,8 @@ Algorithm, each step:
            the task's notation (`[1,2,3]>10` in codeworld, `assert add(2, 3) == 5` in humaneval and
            code_jsonl, whose literal assertions are their ground-truth tests).
   execute  every distinct code once in the sandbox on every test input, ground-truth and generated;
-           outputs compared in the parent: the matrix gt [G][t], gen [G][M].
+           outputs compared in the trusted parent (`sandbox.passed`: the program cannot forge a pass):
+           the matrix gt [G][t], gen [G][M].
   rewards  coder: its ground-truth pass rate; tester: +share of wrong codes a test rejects when every
            correct code passes it, else -share of wrong codes it lets through (CURE); each normalised
            within its problem (a problem whose rewards are all equal trains no one).
@@ -41,30 +43,35 @@ Run:  cotrain run configs/cure_smoke.yaml --out runs/cure
 """
 from __future__ import annotations
 
+import random
+import time
+
 import torch
 
 from cotrain import sandbox
 from cotrain.config import RunConfig
+from cotrain.errors import UserError
+from cotrain.eval.cure_metrics import matrix_metrics
 from cotrain.eval.during import eval_at_start, eval_during_training
-from cotrain.rl.cure import case_rewards, code_rewards, normalise
+from cotrain.models.generate import Rollout, generate
+from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, encode_tester_prompts
+from cotrain.rl.cure import Matrix, case_rewards, code_rewards, normalise
+from cotrain.roles.tester import parse as parse_test_line
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
-from cotrain.tasks.base import blind
+from cotrain.tasks.base import Problem, blind
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.cure import (
-    cure_evaluation,
-    execution_matrices,
-    first_tests,
-    matrix_metrics,
-    require_unit_tests,
-    sample_tests,
-    tester_role,
-    tester_warm_up,
-    with_unit_tests,
-)
 from cotrain.train.rollout import Sampler, rollout_metrics, rollout_tokens
-from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
-from cotrain.train.update import optimizer_step, policy_backward, zero_grads
+from cotrain.train.setup import (
+    build_task,
+    derive_seed,
+    initial_model,
+    initial_verifier,
+    make_optimizer,
+    sample_batch,
+    training_pool,
+)
+from cotrain.train.update import optimizer_step, policy_backward, supervised_step, zero_grads
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
@@ -182,14 +189,178 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                   other_models={"tester": (tester, ttok)} if c.two_models else None)
 
 
+def require_unit_tests(task) -> None:
+    """The recipe needs a code task whose tests a model can write (`parse_test`, `tests_of`, `program`)."""
+    if not all(hasattr(task, name) for name in ("parse_test", "tests_of", "program", "test_line", "entry_of",
+                                                "arguments", "test_notation")):
+        raise UserError(f"recipe cure needs a code task with unit tests in a notation a tester can write "
+                        f"(task: codeworld, humaneval, code_jsonl); task {task.name} has none")
+
+
+def with_unit_tests(task, pool: list[Problem]) -> list[Problem]:
+    """The problems with a ground-truth test the matrix can run (a literal assertion, in humaneval and
+    code_jsonl): the others would train no one. UserError when none has one."""
+    kept = [p for p in pool if task.tests_of(p)]
+    if not kept:
+        raise UserError(f"task {task.name}: no training problem has a test of the form "
+                        "`assert f(literal args) == literal` (what the execution matrix runs)")
+    return kept
+
+
+def tester_role(cfg: RunConfig) -> tuple:
+    """`cure.two_models`: the tester's (model, tokenizer, optimizer, scheduler), the model built as tango
+    builds its verifier (`verifier.model`, `verifier.init`, else the run's start), AdamW at train.lr."""
+    tester, ttok = initial_verifier(cfg)
+    tester.train()
+    return (tester, ttok, *make_optimizer(tester, cfg.train, cfg.train.steps))
+
+
+def tester_warm_up(cfg: RunConfig, model, tok, pool: list[Problem], task, compute: Compute, *,
+                   rehearse: bool = True, role: str = "gen") -> dict[str, float]:
+    """SFT of the tester role on ground-truth tests written in the task's notation (labels: `cure` only).
+
+    `rehearse` (the coder and the tester are one model): half of each batch rehearses the coder on
+    reference solutions (where the problems have them), without which the warm-up erases it (300
+    tester-only steps took a codeworld coder from 0.70 sampled accuracy to 0.0). A separate tester
+    model (`cure.two_models`) learns tests alone. `role`: the compute account charged."""
+    steps = cfg.cure.tester_warmup_steps
+    solved = [p for p in pool if p.solution] if rehearse else []
+    opt, sched = make_optimizer(model, cfg.train.model_copy(update={"lr": cfg.verifier.warmup_sft_lr,
+                                                                    "warmup_steps": 10, "schedule": "constant"}), steps)
+    rng = random.Random(derive_seed(cfg.seed, "tester-warmup"))
+    losses = []
+    size = cfg.verifier.warmup_batch_size
+    for _ in range(steps):
+        batch = [rng.choice(pool) for _ in range(size - size // 2 if solved else size)]
+        targets = [task.test_line(*rng.choice(task.tests_of(p)), p) for p in batch]
+        rehearsed = [rng.choice(solved) for _ in range(size // 2)] if solved else []
+        prompts = (encode_tester_prompts(tok, [p.question for p in batch], task.test_notation)
+                   + encode_generator_prompts(tok, [p.question for p in rehearsed]))
+        completions = [encode_completion(tok, t) for t in targets] + [encode_completion(tok, p.solution) for p in rehearsed]
+        st = supervised_step(model, opt, prompts, completions, tok.pad_token_id,
+                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
+                             micro_batch_size=cfg.train.micro_batch_size)
+        sched.step()
+        compute.add(role, trained=st["tokens_trained"] + st["prompt_tokens_trained"])
+        losses.append(st["loss"])
+    tail = losses[-max(1, len(losses) // 10):]
+    return {"test/warmup_loss": sum(tail) / len(tail)} if losses else {}
+
+
+def sample_tests(cfg: RunConfig, model, tok, task, questions: list[str], n_tests: int, seed: int,
+                 temperature: float | None = None) -> tuple[Rollout, list[str]]:
+    """`n_tests` tester samples per question ([B*M] texts, each question's contiguous), in the task's notation."""
+    ro = generate(model, encode_tester_prompts(tok, questions, task.test_notation), group_size=n_tests,
+                  max_new_tokens=cfg.cure.test_max_new_tokens, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                  temperature=cfg.grpo.temperature if temperature is None else temperature, seed=seed,
+                  bf16=cfg.train.bf16)
+    return ro, decode_completions(tok, ro.completion_ids, ro.completion_mask)
+
+
+def execution_matrices(task, problems: list[Problem], codes: list[list[str]], tests: list[list[str]],
+                       truth: list[Problem] | None, use_gt: bool) -> list[Matrix]:
+    """Each problem's matrix. `use_gt`: run the ground-truth tests (problems must be labelled); `truth`:
+    labelled copies whose reference solution is run too, for the metrics alone (None: not run)."""
+    jobs, where = [], []   # one sandbox run per (problem, distinct program)
+    plans = []
+    for i, problem in enumerate(problems):
+        gt = task.tests_of(problem) if use_gt else []
+        parsed = [task.parse_test(parse_test_line(t)) for t in tests[i]]
+        inputs = [x for x, _ in gt] + [p[0] for p in parsed if p is not None]
+        programs = [task.program(c, problem) for c in codes[i]]
+        if truth is not None:
+            programs.append(task.program(truth[i].solution or "", truth[i]))
+        distinct = list(dict.fromkeys(programs))
+        for program in distinct:
+            jobs.append((program, task.entry_of(problem), [task.arguments(x) for x in inputs]))
+            where.append((i, program))
+        plans.append((gt, parsed, programs))
+    runs = dict(zip(where, sandbox.run_many(jobs, task.limits))) if jobs else {}
+    out = []
+    for i, (gt, parsed, programs) in enumerate(plans):
+        expected = [y for _, y in gt] + [p[1] for p in parsed if p is not None]
+        rows = [sandbox.passed(runs[(i, program)], expected) for program in programs]
+        t, n = len(gt), len(codes[i])
+        columns = [j for j, p in enumerate(parsed) if p is not None]
+        gen = [_spread(row[t:], columns, len(parsed)) for row in rows]
+        out.append(Matrix(gt=[row[:t] for row in rows[:n]], gen=gen[:n], parsable=[p is not None for p in parsed],
+                          reference_gen=gen[n] if truth is not None else []))
+    return out
+
+
+def _spread(verdicts: list[bool], columns: list[int], m: int) -> list[bool]:
+    """Verdicts on the parsable tests (at `columns`) spread over all m generated tests (False elsewhere)."""
+    at = dict(zip(columns, verdicts))
+    return [at.get(j, False) for j in range(m)]
+
+
+def cure_evaluation(cfg: RunConfig, model, tok, task, splits: list[str], tester: tuple | None = None
+                    ) -> dict[str, dict[str, float]]:
+    """Per split, on `cure.eval_problems` problems: N = `cure.eval_codes` sampled codes and M =
+    `cure.eval_tests` generated tests each; `code_acc` (a sample's accuracy, i.e. pass@1 sampled),
+    `bon_acc` (Best-of-N picked by the generated tests, CURE's headline), `test_accuracy`,
+    `test_discrimination`, `test_parsable` (see `matrix_metrics`). `tester`: (model, tokenizer) of a
+    separate tester (default: the coder in its tester prompt)."""
+    c = cfg.cure
+    out = {}
+    tester_model, ttok = tester or (model, tok)
+    modes = [(m, m.training) for m in {id(model): model, id(tester_model): tester_model}.values()]
+    for m, _ in modes:
+        m.eval()
+    for split in splits:
+        if split not in task.splits:
+            continue
+        problems = task.problems(split, c.eval_problems, seed=cfg.seed)
+        questions = [p.question for p in problems]
+        cro = generate(model, encode_generator_prompts(tok, questions), group_size=c.eval_codes,
+                       max_new_tokens=cfg.grpo.max_new_tokens, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                       temperature=cfg.grpo.temperature, seed=derive_seed(cfg.seed, "cure-eval-codes", split),
+                       bf16=cfg.train.bf16)
+        codes = decode_completions(tok, cro.completion_ids, cro.completion_mask)
+        _, tests = sample_tests(cfg, tester_model, ttok, task, questions, c.eval_tests,
+                                derive_seed(cfg.seed, "cure-eval-tests", split))
+        per_code, per_test = c.eval_codes, c.eval_tests
+        matrices = execution_matrices(task, problems, [codes[i * per_code:(i + 1) * per_code] for i in range(len(problems))],
+                                      [tests[i * per_test:(i + 1) * per_test] for i in range(len(problems))],
+                                      truth=problems, use_gt=True)
+        out[split] = {"n": len(problems), **matrix_metrics(matrices)}
+    for m, was_training in modes:
+        m.train(was_training)
+    return out
+
+
 def check_models(cfg: RunConfig, generator: str, verifier: str) -> dict:
     """The models `cotrain check` builds beside the coder: the tester, where it is a model of its own
     (`cure.two_models`), built as a run builds it; `verifier` names its source."""
-    from cotrain.train.setup import initial_verifier
-
     return {"tester": (*initial_verifier(cfg), verifier)} if cfg.cure.two_models else {}
 
 
 def check_extra(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say) -> dict:
     """What `cotrain check` adds for this recipe: the tester's first tests and their execution matrix."""
     return {"tests": first_tests(cfg, task, roles, problem, codes, say)}
+
+
+def first_tests(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say=print,
+                sample_chars: int = 300) -> dict:
+    """The tester's `cure.n_tests` tests of the first problem, and the execution matrix of the first
+    group's codes against them and the problem's ground-truth tests, in the sandbox (`cotrain check`;
+    `roles`: {role: (model, tokenizer, source)})."""
+
+    require_unit_tests(task)
+    model, tok, _ = roles.get("tester", roles["generator"])
+    start = time.perf_counter()
+    _, tests = sample_tests(cfg, model, tok, task, [problem.question], cfg.cure.n_tests,
+                            derive_seed(cfg.seed, "tests", 1))
+    sampled = time.perf_counter() - start
+    start = time.perf_counter()
+    [m] = execution_matrices(task, [problem], [codes], [tests], truth=None, use_gt=True)
+    ran = time.perf_counter() - start
+    out = {"parsable": sum(m.parsable), "n": len(tests), "ground_truth_tests": len(m.gt[0]) if m.gt else 0,
+           "codes_correct": sum(bool(row) and all(row) for row in m.gt), "codes": len(codes)}
+    say(f"tests     {'tester' if 'tester' in roles else 'the generator as tester'}, first problem: "
+        f"{out['parsable']}/{out['n']} tests parse ({sampled:.2f} s); execution matrix of {len(codes)} codes x "
+        f"({out['ground_truth_tests']} ground-truth + {out['parsable']} generated) tests in the sandbox "
+        f"({ran:.2f} s): {out['codes_correct']}/{len(codes)} codes pass every ground-truth test")
+    shown = tests[0] if len(tests[0]) <= sample_chars else tests[0][:sample_chars] + " [...]"
+    say(f"test      {shown!r}")
+    return out

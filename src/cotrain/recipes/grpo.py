@@ -17,7 +17,7 @@ loss keeps the whole batch's normalisers). `gen/entropy` is the sampler's entrop
 accuracy, on each step's groups) shows what a majority vote would know beyond one sample.
 
 Curriculum (`curriculum.levels`, research direction 6): the training problems come from the task
-built with the current level's options; the level rises by one (`rl.selfplay.next_level`) once the
+built with the current level's options; the level rises by one (`rl.curriculum.next_level`) once the
 training accuracy over the last `curriculum.window` steps reaches `curriculum.raise_at`. Evaluation
 always uses the task as configured. `curriculum/level` is logged.
 
@@ -32,8 +32,8 @@ from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.eval.metrics import majority_gap
 from cotrain.models.build import reference_model
+from cotrain.rl.curriculum import next_level
 from cotrain.rl.losses import group_advantages
-from cotrain.rl.selfplay import next_level
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks import make_task
 from cotrain.train.compute import Compute, StepTimer

@@ -26,9 +26,9 @@ Deviations, and why:
     filters (truncated samples are graded wrong, as everywhere in the lab).
 
 At the end, eval.json's `prm` entry scores the PRM like a verifier on `eval.n_sampled` × `eval.k` samples
-of the final generator (train/prime.py): AUROC of Σ_t q_t against outcomes, ranking accuracy, and
-against the task's step labels the AUROC of each step's summed q and how often its lowest-scored step
-is a wrong sample's first false one.
+of the final generator (`evaluate_prm`, its metrics in eval/prm_metrics.py): AUROC of Σ_t q_t against
+outcomes, ranking accuracy, and against the task's step labels the AUROC of each step's summed q and how
+often its lowest-scored step is a wrong sample's first false one.
 
 Metrics: `gen/*` as in grpo, `prime/prm_loss`, `prime/prm_grad_norm`, `prime/ranking_acc` (how often the
 PRM's summed rewards order a group's samples as their outcomes do; `_before` its training pass's),
@@ -42,10 +42,14 @@ from __future__ import annotations
 import torch
 
 from cotrain import dist
-from cotrain.config import RunConfig
+from cotrain.config import GrpoConfig, RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
+from cotrain.eval.evaluate import EVAL_SEED
+from cotrain.eval.prm_metrics import prm_metrics, step_scores
 from cotrain.models.build import reference_model
-from cotrain.models.generate import select_rows
+from cotrain.models.generate import generate, select_rows
+from cotrain.models.prompts import decode_completions, encode_generator_prompts
+from cotrain.models.verify import step_ends
 from cotrain.rl.prime import (
     accuracy_filter,
     implicit_process_rewards,
@@ -54,9 +58,10 @@ from cotrain.rl.prime import (
     prm_loss,
     ranking_accuracy,
 )
+from cotrain.roles.verifier import split_steps
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
+from cotrain.tasks.base import Task
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.prime import evaluate_prm
 from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
 from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import generator_update, optimizer_step, rollout_logprobs, zero_grads
@@ -170,6 +175,36 @@ def _prm_results(cfg: RunConfig, prm, ref, model, tokenizer, task) -> dict:
                                 batch_size=ekw["batch_size"], bf16=cfg.train.bf16)}
 
 
+@torch.no_grad()
+def evaluate_prm(prm, ref, generator, tokenizer, task: Task, split: str, *, n: int, k: int, temperature: float,
+                 max_new_tokens: int, batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
+    """`prm_metrics` of the PRM on `k` samples (temperature `temperature`) of each of `n` problems of
+    `split` drawn from `generator`; {} when the split has no problems."""
+    problems = task.problems(split, n, seed=EVAL_SEED)
+    if not problems:
+        return {}
+    k = max(k, 1)
+    g = GrpoConfig.model_construct(group_size=k)  # log-probs of k samples a prompt (k = 1 is fine here)
+    scores, correct, steps, labels = [], [], [], []
+    per_batch = max(1, batch_size // k)
+    for i in range(0, len(problems), per_batch):
+        chunk = problems[i:i + per_batch]
+        ro = generate(generator, encode_generator_prompts(tokenizer, [p.question for p in chunk]), group_size=k,
+                      max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                      temperature=temperature, seed=EVAL_SEED + i, bf16=bf16)
+        texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
+        q = ((rollout_logprobs(prm, ro, g, bf16) - rollout_logprobs(ref, ro, g, bf16)) * ro.completion_mask).tolist()
+        ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts)
+        for j, (text, row, e) in enumerate(zip(texts, q, ends)):
+            problem = chunk[j // k]
+            scores.append(float(sum(row)))
+            correct.append(task.grade(text, problem) >= 1)
+            steps.append(step_scores(row, e))
+            labels.append(list(task.step_labels(problem, [s for _, s in split_steps(text)]))
+                          if hasattr(task, "step_labels") else None)
+    return prm_metrics(scores, correct, k, steps, labels)
+
+
 def _prm_step(cfg: RunConfig, prm, opt, sched, ro, ref_logp: torch.Tensor, outcome: torch.Tensor
               ) -> tuple[dict[str, float], torch.Tensor]:
     """The PRM's optimizer step on its cross-entropy against the outcomes; its stats and the log-ratios
@@ -183,3 +218,4 @@ def _prm_step(cfg: RunConfig, prm, opt, sched, ro, ref_logp: torch.Tensor, outco
     grad_norm = optimizer_step(prm, opt, cfg.train.max_grad_norm)
     sched.step()
     return {"prime/prm_loss": loss.item(), "prime/prm_grad_norm": grad_norm}, q.detach()
+

@@ -56,15 +56,9 @@ from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.rl.selfplay import (
-    dpo_loss,
-    majority_vote,
-    passes_thresholds,
-    preference_pairs,
-    ranking_loss,
-    reliability_reward,
-    reliability_signals,
-)
+from cotrain.rl.judge_reliability import passes_thresholds, reliability_reward, reliability_signals
+from cotrain.rl.majority import majority_vote
+from cotrain.rl.preference import dpo_loss, preference_pairs, ranking_loss
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer

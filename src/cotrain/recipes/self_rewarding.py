@@ -1,7 +1,7 @@
 """Self-Rewarding LMs: the model judges its own samples and learns by DPO from its best against its worst.
 
 Yuan et al. 2024, "Self-Rewarding Language Models" (ICML). DPO's loss and the (best, worst) pair in
-rl/selfplay.py (`dpo_loss`, `preference_pairs`); the judge's format is the verifier's (roles/verifier.py).
+rl/preference.py (`dpo_loss`, `preference_pairs`); the judge's format is the verifier's (roles/verifier.py).
 
 The paper's loop: M_1 is fine-tuned on instruction data and on LLM-as-judge data (EFT: its judging
 ability comes from labelled seed judgments); iteration t samples N responses per new prompt from M_t,
@@ -52,7 +52,7 @@ from cotrain.models.build import load_weights
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.models.verify import verify
-from cotrain.rl.selfplay import preference_pairs
+from cotrain.rl.preference import preference_pairs
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind

@@ -1,7 +1,7 @@
 """SPIN: self-play fine-tuning, the reference solution preferred over the previous iterate's own sample.
 
 Chen et al. 2024, "Self-Play Fine-Tuning Converts Weak Language Models to Strong Language Models" (ICML;
-code uclaml/SPIN). Loss in rl/selfplay.py (`spin_loss`).
+code uclaml/SPIN). Loss in rl/preference.py (`spin_loss`).
 
 The paper's loop: iteration t trains π_{t+1} from π_t on pairs (y, y') for every SFT prompt x, y the
 human (reference) solution and y' ~ π_t(·|x), by the logistic loss
@@ -37,7 +37,7 @@ from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.models.build import load_weights
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.rl.selfplay import spin_loss
+from cotrain.rl.preference import spin_loss
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_tokens

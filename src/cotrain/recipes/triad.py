@@ -56,7 +56,7 @@ from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import group_advantages
-from cotrain.rl.selfplay import learnability_reward, mae_proposer_reward, mae_solver_reward, role_advantages
+from cotrain.rl.mae import learnability_reward, mae_proposer_reward, mae_solver_reward, role_advantages
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer

@@ -1,7 +1,7 @@
 """V-STaR: the generator tuned on its correct samples, a verifier trained by DPO on correct over incorrect.
 
 Hosseini et al. 2024, "V-STaR: Training Verifiers for Self-Taught Reasoners" (COLM). Pairs in
-rl/selfplay.py (`correct_incorrect_pairs`), DPO's loss there (`dpo_loss`).
+rl/preference.py (`correct_incorrect_pairs`), DPO's loss there (`dpo_loss`).
 
 The paper's loop: each iteration the generator samples k solutions per training problem; the correct
 ones join the generator's SFT data (STaR/RFT: D_GEN) and every one joins the verifier's (D_VER, labelled
@@ -48,7 +48,7 @@ from cotrain.eval.verifier_eval import best_of_n_study
 from cotrain.models.build import load_model, reference_model
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.rl.selfplay import correct_incorrect_pairs
+from cotrain.rl.preference import correct_incorrect_pairs
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer

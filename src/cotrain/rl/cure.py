@@ -1,7 +1,7 @@
 """CURE's rewards (Wang et al. 2025, "Co-Evolving LLM Coder and Unit Tester via Reinforcement Learning";
 Gen-Verse/CURE `optimization/reward.py`): a coder and a unit tester rewarded from one execution matrix.
 
-For one problem, n codes are run on the ground-truth tests and on m generated tests:
+For one problem, n codes are run on the ground-truth tests and on m generated tests (a `Matrix`):
   gt   [n][t] bool   code i passes ground-truth test k
   gen  [n][m] bool   code i passes generated test j
 
@@ -23,6 +23,17 @@ prompts make one unparsable only rarely; a from-scratch model writes many).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Matrix:
+    """One problem's execution results: codes x tests."""
+
+    gt: list[list[bool]]        # [n][t] code i passes ground-truth test k (empty rows without labels)
+    gen: list[list[bool]]       # [n][m] code i passes generated test j (False where j does not parse)
+    parsable: list[bool]        # [m]
+    reference_gen: list[bool]   # [m] the reference solution passes generated test j (metrics only; [] without)
 
 
 def normalise(rewards: list[float]) -> list[float] | None:

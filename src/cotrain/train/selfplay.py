@@ -19,7 +19,7 @@ from cotrain.models.build import load_model, load_weights, prepare_for_training,
 from cotrain.models.generate import Rollout, concat_rollouts, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_proposer_prompts, uses_chat
 from cotrain.models.verify import prefer, verify
-from cotrain.rl.selfplay import agreement_round, decided_scores, judge_score, role_advantages
+from cotrain.rl.mae import agreement_round, decided_scores, judge_score, role_advantages
 from cotrain.roles import proposer as proposer_role
 from cotrain.roles.verifier import Verification
 from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir

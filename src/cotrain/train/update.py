@@ -4,7 +4,7 @@ Every RL recipe ends a role's step the same way (old log-probs, `num_iterations`
 `num_minibatches`, PPO-clip loss, clipping, AdamW: `policy_update`), whatever produced its
 advantages; roles that share one model add their losses first (`policy_backward`, then one
 `optimizer_step`). `supervised_step` is one SFT step; `sequence_logprobs` gives the differentiable
-sequence log-probs a DPO or ranking loss (rl/selfplay.py) is built on. The recipes differ in how
+sequence log-probs a DPO or ranking loss (rl/preference.py) is built on. The recipes differ in how
 they roll out and reward, which stays in their own files.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cotrain.config import GrpoConfig, RunConfig
 from cotrain.models.generate import Rollout, completion_logprobs, group_logprobs, left_pad, right_pad
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.rl.losses import contributing_groups, grpo_loss, importance_stats, truncated_importance_weights
-from cotrain.rl.selfplay import dpo_loss
+from cotrain.rl.preference import dpo_loss
 
 
 def zero_grads(model: torch.nn.Module) -> None:

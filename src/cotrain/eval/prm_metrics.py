@@ -1,4 +1,4 @@
-"""PRIME's implicit process reward model scored like a verifier, on held-out samples of a generator.
+"""PRIME's implicit process reward model scored like a verifier, as pure functions.
 
 Its score of a sample is Σ_t q_t, q_t = log π_prm(y_t) − log π_ref(y_t); of a step, the sum over the
 step's tokens (from after the previous step's last token to its own). Reported against the samples'
@@ -10,16 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from cotrain.config import GrpoConfig
-from cotrain.eval.evaluate import EVAL_SEED
-from cotrain.eval.verifier_metrics import _mann_whitney_auroc
-from cotrain.models.generate import generate
-from cotrain.models.prompts import decode_completions, encode_generator_prompts
-from cotrain.models.verify import step_ends
+from cotrain.eval.verifier_metrics import mann_whitney_auroc
 from cotrain.rl.prime import ranking_accuracy
-from cotrain.roles.verifier import split_steps
-from cotrain.tasks.base import Task
-from cotrain.train.update import rollout_logprobs
 
 
 def step_scores(q: list[float], ends: list[int]) -> list[float]:
@@ -34,7 +26,7 @@ def step_scores(q: list[float], ends: list[int]) -> list[float]:
 def _auroc(scores: list[float], positive: list[bool]) -> float | None:
     if not positive or all(positive) or not any(positive):
         return None
-    return _mann_whitney_auroc(np.array(scores, dtype=float), np.array(positive, dtype=bool))
+    return mann_whitney_auroc(np.array(scores, dtype=float), np.array(positive, dtype=bool))
 
 
 def prm_metrics(sample_scores: list[float], correct: list[bool], k: int, steps: list[list[float]],
@@ -70,33 +62,3 @@ def prm_metrics(sample_scores: list[float], correct: list[bool], k: int, steps: 
     if matches:
         out["first_error_match"], out["n_first_error"] = sum(matches) / len(matches), float(len(matches))
     return out
-
-
-@torch.no_grad()
-def evaluate_prm(prm, ref, generator, tokenizer, task: Task, split: str, *, n: int, k: int, temperature: float,
-                 max_new_tokens: int, batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
-    """`prm_metrics` of the PRM on `k` samples (temperature `temperature`) of each of `n` problems of
-    `split` drawn from `generator`; {} when the split has no problems."""
-    problems = task.problems(split, n, seed=EVAL_SEED)
-    if not problems:
-        return {}
-    k = max(k, 1)
-    g = GrpoConfig.model_construct(group_size=k)  # log-probs of k samples a prompt (k = 1 is fine here)
-    scores, correct, steps, labels = [], [], [], []
-    per_batch = max(1, batch_size // k)
-    for i in range(0, len(problems), per_batch):
-        chunk = problems[i:i + per_batch]
-        ro = generate(generator, encode_generator_prompts(tokenizer, [p.question for p in chunk]), group_size=k,
-                      max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                      temperature=temperature, seed=EVAL_SEED + i, bf16=bf16)
-        texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        q = ((rollout_logprobs(prm, ro, g, bf16) - rollout_logprobs(ref, ro, g, bf16)) * ro.completion_mask).tolist()
-        ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts)
-        for j, (text, row, e) in enumerate(zip(texts, q, ends)):
-            problem = chunk[j // k]
-            scores.append(float(sum(row)))
-            correct.append(task.grade(text, problem) >= 1)
-            steps.append(step_scores(row, e))
-            labels.append(list(task.step_labels(problem, [s for _, s in split_steps(text)]))
-                          if hasattr(task, "step_labels") else None)
-    return prm_metrics(scores, correct, k, steps, labels)
