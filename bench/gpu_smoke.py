@@ -125,10 +125,9 @@ def phase_update(ctx: dict, shape_name: str, offload: bool = False) -> dict:
     `offload`, AdamW's moments in host memory between steps (`train.offload_optimizer`)."""
     import torch
 
-    from cotrain.train.setup import HostStateAdamW
-
     from cotrain.config import GrpoConfig
     from cotrain.models.build import load_model
+    from cotrain.train.setup import HostStateAdamW
     from cotrain.train.update import policy_update
 
     model_dir = ctx["models"][shape_name]
