@@ -193,13 +193,15 @@ def load_checkpoint_state(ckpt: Path, roles: dict) -> dict:
     from cotrain import dist
 
     for role, (model, _, optimizer, scheduler) in roles.items():
-        # onto the device this process holds the role's model on (never the device it was saved from: under
-        # torchrun every rank's state would land on cuda:0)
-        state = torch.load(ckpt / role / "optim.pt", weights_only=False, map_location=_device_of(model))
         if dist.is_sharded(model):  # saved whole, keyed by parameter name: each process takes its shard
+            # onto the device this process holds the role's model on (never the device it was saved from:
+            # under torchrun every rank's state would land on cuda:0)
+            state = torch.load(ckpt / role / "optim.pt", weights_only=False, map_location=_device_of(model))
             if state["optimizer"]["state"]:  # else saved before the first step: the fresh optimizer is it
                 dist.load_full_optimizer_state(model, optimizer, state["optimizer"])
-        else:
+        else:  # onto the host: torch moves each moment onto its parameter's device and keeps AdamW's step
+            # counts on the host, as a fresh optimizer has them (a step count on the GPU costs a sync a step)
+            state = torch.load(ckpt / role / "optim.pt", weights_only=False, map_location="cpu")
             optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
     state = torch.load(ckpt / "state.pt", weights_only=False, map_location="cpu")  # RNG states live on the host

@@ -47,8 +47,8 @@ def micro_batches(groups: torch.Tensor, group_size: int, micro_batch_size: int |
     if not len(groups):
         return []
     per = len(groups) if micro_batch_size is None else max(1, micro_batch_size // group_size)
-    if lengths is not None and per < len(groups):
-        groups = groups[torch.argsort(lengths[groups], stable=True)]
+    if lengths is not None and per < len(groups):  # the lengths may live on the GPU, the indices on the host
+        groups = groups[torch.argsort(lengths.to(groups.device)[groups], stable=True)]
     return list(groups.split(per))
 
 
