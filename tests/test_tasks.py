@@ -827,6 +827,42 @@ def test_wordproblems_steps_are_judged_against_their_story():
     assert equation_labels(["7 + 6 = 13", "12 + 4 = 16"]) == [True, True]
 
 
+def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_steps():
+    """Worked by hand: `x` and a unit word after a number are read ("5 sheets x 9 stickers = 45"), a chain is
+    its steps left to right with the true value between them (7 + 5 - 3 = 9: 7 + 5 = 12, 12 - 3 = 9), a
+    decimal or a number glued to a word is not an operand; a false chain is an arithmetic fault at its end
+    only; completeness counts equations (two on a line: two steps; prose: none), and the early-stop share
+    follows it."""
+    import time
+
+    from cotrain.tasks.base import Problem
+    from cotrain.tasks.wordproblems import WordProblemsTask, stated_equations
+    from cotrain.train.rollout import complete_solutions
+
+    assert stated_equations("So 5 sheets x 9 stickers = 45, then 45 + 5 = 50.") == [(5, "*", 9, 45), (45, "+", 5, 50)]
+    assert stated_equations("7 boxes * 3 pencils = 21 pencils") == [(7, "*", 3, 21)]
+    assert stated_equations("7 \u00d7 3 = 21") == [(7, "*", 3, 21)]
+    assert stated_equations("7 + 5 - 3 = 9") == [(7, "+", 5, 12), (12, "-", 3, 9)]
+    assert stated_equations("7 + 5 - 3 = 10") == [(7, "+", 5, 12), (12, "-", 3, 10)]
+    assert stated_equations("1.5 + 2 = 3.5") == [] and stated_equations("a2 + 2 = 4") == []
+    assert stated_equations(None) == [] and stated_equations("7 + = 3") == []
+    t0 = time.perf_counter()
+    assert stated_equations("1 + " * 400) == [] and stated_equations("9" * 5000 + " + 1 = 2") == []
+    assert time.perf_counter() - t0 < 1.0  # no runaway backtracking on what a model may write
+    task = WordProblemsTask()
+    problem = Problem(question="Mia has 5 pencils. She gets 3 more pencils. She gives away 1 pencil. How many "
+                      "pencils does Mia have now?", answer="7", steps=("5 + 3 = 8", "8 - 1 = 7"))
+    assert task.step_kinds(problem, ["5 + 3 - 1 = 7"]) == [None]
+    assert task.step_kinds(problem, ["5 + 3 - 1 = 6"]) == ["arithmetic"]
+    assert task.step_kinds(problem, ["5 pencils x 3 = 15"]) == ["operation"]
+    texts = ["Mia has 5 + 3 = 8 pencils. She gives away 1, so 8 - 1 = 7.\n#### 7",  # one line, two steps
+             "She has 5 + 3 - 1 = 7 pencils.\n#### 7",                              # a chain: two steps
+             "Mia has 5 + 3 = 8 pencils.\nShe then gives one away.\n#### 7",        # prose is no step
+             "5 + 3 = 8\n8 - 1 = 7"]                                                # no ####: the last number
+    assert task.count_steps(["Mia has 5 + 3 = 8 pencils. So 8 - 1 = 7.", "Then she smiles."]) == 2
+    assert complete_solutions(task, [problem] * 4, texts) == [True, True, False, True]
+
+
 def test_wordproblems_corrupt_injects_a_wrong_result_at_the_step_asked_and_labels_find_it():
     """A corrupted reference states a wrong result (1 to 3 off) at step k alone, later steps compute
     from it, its final answer grades 0; step labels mark exactly the corrupted steps; references are

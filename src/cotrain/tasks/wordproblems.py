@@ -20,7 +20,8 @@ the last number), compared exactly.
 Process labels (the verifier's warm-up and its held-out injected errors, the oracle verifier): `corrupt`
 states a wrong result at chosen steps of the reference solution, later steps computing correctly from it;
 `step_labels` judges each step against what the story allows (`story_step_faults`): every equation
-`a op b = c` in it must take its operands from the story's quantities or the results stated before it
+in it, as a model writes it (`stated_equations`: `a op b = c`, with `x` for `*`, a unit word after a
+number, or a chain read as its steps), must take its operands from the story's quantities or the results stated before it
 (right or wrong: an error carried forward is one wrong step), do an operation the story calls for (the
 product of the two factors it names; adding an amount it gains; taking away an amount it loses), and hold.
 A step with no equation, prose, counts as right: there is nothing in it to check. (`equation_labels`
@@ -94,6 +95,36 @@ def draw_problem(rng: random.Random, n_steps: int, max_number: int) -> Problem:
 
 
 _EQUATION = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)")
+"""A reference step, `a op b = c`, exactly."""
+
+_UNIT = r"(?:\s+[A-Za-z]+)?"  # one word after a number: "5 sheets x 9 stickers = 45"
+_STATED = re.compile(rf"(?<![\w.])(-?\d+{_UNIT}(?:\s*[-+*x\u00d7]\s*\d+{_UNIT})+)\s*=\s*(-?\d+)")
+_TERM = re.compile(r"([-+*x\u00d7])?\s*(-?\d+)")
+
+
+def stated_equations(text: str) -> list[tuple[int, str, int, int]]:
+    """The equations a written step states, as (a, op, b, c) with op one of + - *, in order. Reads what a
+    model writes, not only the reference's `a op b = c`: `x` and `\u00d7` for `*`, a word after a number
+    ("7 boxes * 3 pencils = 21"), and a chain ("7 + 5 - 3 = 9") as its steps left to right, each result
+    but the last the true value of its part ((7, "+", 5, 12), (12, "-", 3, 9)): the chain states only
+    its end. Never raises; reads the first 1,000 characters.
+
+    Example: "So 5 sheets x 9 stickers = 45, then 45 + 5 = 50." gives [(5, "*", 9, 45), (45, "+", 5, 50)].
+    """
+    out = []
+    for left, result in _STATED.findall(str(text)[:1000]):
+        left = re.sub(r"[A-Za-z]{2,}|[A-Za-wyz]", " ", left)  # the unit words go, a lone x stays
+        first = re.match(r"\s*(-?\d+)", left)
+        terms = [(op, int(n)) for op, n in _TERM.findall(left[first.end():])]
+        if not terms or not all(op for op, _ in terms):
+            continue
+        value = int(first[1])
+        for i, (op, n) in enumerate(terms, start=1):
+            op = "*" if op in ("x", "\u00d7") else op
+            end = int(result) if i == len(terms) else APPLY[op](value, n)
+            out.append((value, op, n, end))
+            value = end
+    return out
 
 
 STEP_FAULTS = ("operand", "operation", "arithmetic")
@@ -103,8 +134,7 @@ of the story nor a result stated before; an operation the story does not call fo
 
 def equation_labels(steps: tuple[str, ...] | list[str]) -> list[bool]:
     """Per step: False when an equation `a op b = c` in it does not hold, else True. Never raises."""
-    return [all(APPLY[op](int(a), int(b)) == int(c) for a, op, b, c in _EQUATION.findall(str(step)[:1000]))
-            for step in steps]
+    return [all(APPLY[op](a, b) == c for a, op, b, c in stated_equations(step)) for step in steps]
 
 
 step_labels = equation_labels
@@ -143,8 +173,7 @@ def story_step_faults(problem: Problem, steps: tuple[str, ...] | list[str]) -> l
     out = []
     for step in steps:
         fault = None
-        for a, op, b, c in _EQUATION.findall(str(step)[:1000]):
-            a, b, c = int(a), int(b), int(c)
+        for a, op, b, c in stated_equations(step):
             if fault is None:
                 if a not in available or b not in available:
                     fault = "operand"
@@ -243,6 +272,12 @@ class WordProblemsTask:
     def corrupt(self, problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
         """See `corrupt_solution`: (steps, solution) with a wrong result at step k, carried forward."""
         return corrupt_solution(problem, k, rng)
+
+    def count_steps(self, steps: tuple[str, ...] | list[str]) -> int:
+        """The steps of work a solution's lines show: the equations they state (`stated_equations`; two on
+        one line are two steps, a chain of three terms is two, prose none). What `gen/early_stop` and
+        `tango.credit: final` hold against the problem's own number of steps."""
+        return sum(len(stated_equations(step)) for step in steps)
 
     def step_labels(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[bool]:
         """Whether each step is right against its story (`story_step_faults`)."""

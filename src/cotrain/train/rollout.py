@@ -111,8 +111,11 @@ def reward_metrics(role: str, rewards: torch.Tensor, group_size: int) -> dict[st
 
 
 def complete_solutions(task, problems: list, texts: list[str]) -> list[bool]:
-    """Whether each sample states an answer and has at least as many steps (`roles.verifier.split_steps`)
-    as its problem's reference solution: `gen/early_stop` is the share that do not, and `tango.credit:
-    final` rejects them where the answer should be."""
-    return [task.extract_answer(t) is not None and len(split_steps(t)) >= len(p.steps)
+    """Whether each sample states an answer and shows at least as many steps as its problem's reference
+    solution: its lines before the answer (`roles.verifier.split_steps`), or the steps of work they show
+    where the task counts them (`count_steps`: wordproblems counts equations, so two on one line are two
+    steps and a line of prose none). `gen/early_stop` is the share that do not, and `tango.credit: final`
+    rejects them where the answer should be."""
+    count = getattr(task, "count_steps", len)
+    return [task.extract_answer(t) is not None and count([line for _, line in split_steps(t)]) >= len(p.steps)
             for p, t in zip(problems, texts, strict=True)]
