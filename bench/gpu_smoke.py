@@ -159,7 +159,21 @@ def phase_update(ctx: dict, shape_name: str, offload: bool = False) -> dict:
                      "gap_after": round(after, 4), "grad_norm": round(st.get("grad_norm", float("nan")), 3)}
     out.update(_peak(device))
     out["parameters"] = sum(p.numel() for p in models["generator"][0].parameters())
+    out["plan_gib"] = _plan_gib(models["generator"][0].config, size, bf16, offload)
     return out
+
+
+def _plan_gib(config, size: dict, bf16: bool, offload: bool) -> float:
+    """The memory plan's largest phase for this phase's two models and sizes (`models/memory.py`)."""
+    from cotrain.models import memory
+
+    shapes = memory.Shapes.of(config)
+    w = memory.Work(rollout_rows=size["prompts"] * size["group"], prompt_tokens=size["prompt_len"],
+                    new_tokens=size["completion_len"], micro_batch=size["micro_batch"], group_size=size["group"],
+                    verify_prompt_tokens=size["prompt_len"], verify_new_tokens=size["completion_len"],
+                    verify_group=size["group"], autocast=bf16, offload_optimizer=offload)
+    phases = memory.plan([memory.Role("generator", shapes), memory.Role("verifier", shapes)], w)
+    return round(max(memory.peaks(phases).values()) / memory.GiB, 4)
 
 
 def phase_decode(ctx: dict) -> dict:

@@ -62,14 +62,15 @@ def test_a_plan_by_hand():
 
 def test_a_plan_with_the_optimizer_in_host_memory_by_hand():
     """`offload_optimizer`: AdamW's moments (8,000) leave the rollout and the update, and the optimizer step
-    is a phase of its own (weights 4,000 + gradients 4,000 + moments 8,000). Under 25,000 bytes the update
+    is a phase of its own (weights 4,000 + gradients 4,000 + moments 8,000 + AdamW's temporary, the size of
+    the gradients, 4,000). Under 25,000 bytes the update
     (28,224) is over and the offload is one of the options that fix it; its own step phase fits."""
     role = m.Role("generator", SHAPES)
     work = m.Work(rollout_rows=3, prompt_tokens=5, new_tokens=4, micro_batch=2)
     off = m.peaks(m.plan([role], m.Work(rollout_rows=3, prompt_tokens=5, new_tokens=4, micro_batch=2,
                                         offload_optimizer=True)))
     assert off == {"rollout": 4000 + 864 + 1440, "update/generator": 4000 + 4000 + 12_224,
-                   "step/generator": 4000 + 4000 + 8000}
+                   "step/generator": 4000 + 4000 + 8000 + 4000}
     assert m.peaks(m.plan([role], work))["update/generator"] == 28_224
     assert "optimizer states in host memory (train.offload_optimizer=true)" in m.fixes([role], work, 25_000)["update/generator"]
     # under 15,000 the offloaded update is still over, and so would be its step: not offered
