@@ -58,12 +58,12 @@ CASES = {  # name: (config, estimate key, launcher, overrides); the cheap cases 
     "grpo LoRA": ("grpo", None, "python", ["train.bf16=true", "model.lora_r=16"]),
     "grpo checkpointing": ("grpo", "grpo_ckpt", "python", ["train.bf16=true", "model.gradient_checkpointing=true"]),
     "grpo compiled": ("grpo", None, "python", ["train.bf16=true", "rollout.compile=true"]),
-    "tango bf16": ("tango", "tango", "python", ["train.bf16=true", "verifier.warmup_rl_steps=0", "tango.eval_n=8"]),
+    "tango bf16": ("tango", "tango", "python", ["train.bf16=true", "verifier.warmup_rl_steps=0", "cotraining.eval_n=8"]),
 }
 # The dry run: the same cases on a nano stand-in, small enough for the test suite.
 DRY = ["train.batch_size=4", "train.micro_batch_size=2", "grpo.group_size=2", "grpo.max_new_tokens=6",
        "verifier.max_new_tokens=6", "verifier.solutions=2", "verifier.group_size=2", "train.n_problems=64",
-       "eval.max_new_tokens=6", "eval.n_sampled=2", "tango.eval_n=2", "log.plots=false"]
+       "eval.max_new_tokens=6", "eval.n_sampled=2", "cotraining.eval_n=2", "log.plots=false"]
 
 
 def corpus() -> list[str]:

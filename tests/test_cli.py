@@ -141,7 +141,7 @@ def test_eval_best_of_n_compares_verifiers_on_the_same_samples(sft_run, warm_ver
 
 # The demo's arms at a test's size: decoding steps cost most here, so completions are short
 DEMO_SMALL = ["train.steps=2", "train.batch_size=16", "train.n_problems=64", "grpo.group_size=4",
-              "grpo.max_new_tokens=16", "verifier.solutions=4", "verifier.max_new_tokens=40", "tango.eval_n=8",
+              "grpo.max_new_tokens=16", "verifier.solutions=4", "verifier.max_new_tokens=40", "cotraining.eval_n=8",
               "eval.n=8", "eval.k=2", "eval.n_sampled=4", "eval.every=2", "eval.n_during=8", "checkpoint.every=1",
               "log.progress=false", "log.tensorboard=false"]
 
@@ -302,7 +302,7 @@ def test_the_cli_explains_itself(capsys):
     assert "named arms" in sub.choices["sweep"].format_help().replace("\n", " ")
     assert main(["keys", "tango"]) == 0
     out = capsys.readouterr().out
-    assert "tango.credit = 'to_go'" in out and "min-form" in out and "grpo." not in out
+    assert "cotraining.credit = 'to_go'" in out and "min-form" in out and "grpo." not in out
     assert main(["keys", "tang"]) == 2 and "did you mean 'tango'" in capsys.readouterr().err
 
 

@@ -311,7 +311,7 @@ def test_arms_each_with_its_overrides_config_and_seeds(tmp_path):
     (tmp_path / "other.yaml").write_text("recipe: tango\ntrain: {steps: 5}\n")
     (tmp_path / "s.yaml").write_text(
         "base: base.yaml\noverrides: {train.lr: 3.0e-4}\nseeds: [0, 1]\n"
-        "arms:\n  grpo: {}\n  auto: {config: other.yaml, overrides: {tango.alpha: auto}, seeds: [0, 1, 2]}\n")
+        "arms:\n  grpo: {}\n  auto: {config: other.yaml, overrides: {cotraining.alpha: auto}, seeds: [0, 1, 2]}\n")
     sweep = load_sweep(tmp_path / "s.yaml")
     assert [c.name for c in sweep.cells] == ["grpo", "auto"] and sweep.grid == {"arm": ["grpo", "auto"]}
     grpo, auto = sweep.cells
@@ -319,7 +319,7 @@ def test_arms_each_with_its_overrides_config_and_seeds(tmp_path):
     assert grpo.configs[1]["recipe"] == "grpo" and grpo.configs[1]["train"]["steps"] == 3
     assert grpo.configs[1]["train"]["lr"] == 3e-4 and grpo.configs[1]["seed"] == 1
     assert auto.configs[2]["recipe"] == "tango" and auto.configs[2]["train"]["steps"] == 5
-    assert auto.configs[2]["tango"]["alpha_schedule"] == "auto" and auto.configs[2]["train"]["lr"] == 3e-4
+    assert auto.configs[2]["cotraining"]["alpha_schedule"] == "auto" and auto.configs[2]["train"]["lr"] == 3e-4
     runs = plan(sweep, tmp_path / "out")
     assert [r.run_dir.relative_to(tmp_path / "out").as_posix() for r in runs] == [
         "grpo/seed0", "grpo/seed1", "auto/seed0", "auto/seed1", "auto/seed2"]

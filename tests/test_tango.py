@@ -260,7 +260,7 @@ def test_tango_golden_catches_a_mutation(sft_run, tmp_path, monkeypatch, mutatio
 
 
 def test_alpha_auto_with_a_verifier_that_approves_everything_is_grpo_bit_for_bit(sft_run, tmp_path, monkeypatch):
-    """`tango.alpha: auto` weighs the process advantage by the verifier's measured reliability: a verifier
+    """`cotraining.alpha: auto` weighs the process advantage by the verifier's measured reliability: a verifier
     that approves every sample is at chance (balanced accuracy 0.5), so alpha is 0 at every step and the
     generator's update is GRPO's, bit for bit (same samples, losses, gradient norms and final weights)."""
     from cotrain.roles.verifier import Verification

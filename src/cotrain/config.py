@@ -255,8 +255,9 @@ class VerifierConfig(_Section):
         return self
 
 
-class TangoConfig(_Section):
-    """The co-training schedule and the generator's advantage mixing."""
+class CoTrainingConfig(_Section):
+    """The co-training family's schedule, advantage mixing and evaluation sizes (tango, consistency; the
+    verifier evaluations of self_rewarding); read under its old name `tango:` too."""
 
     alpha: float = Field(0.1, ge=0, le=1, description=(
         "Weight of the process advantage: A = (1-alpha) A_out + alpha A_proc (RL Tango: 0.1, decaying). "
@@ -626,7 +627,7 @@ class RunConfig(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
-    tango: TangoConfig = Field(default_factory=TangoConfig)
+    cotraining: CoTrainingConfig = Field(default_factory=CoTrainingConfig)
     consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     selfplay: SelfPlayConfig = Field(default_factory=SelfPlayConfig)
@@ -746,8 +747,9 @@ def describe_keys(section: str | None = None) -> str:
     """
     sections = {name: f for name, f in RunConfig.model_fields.items()
                 if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
+    section = RENAMED_SECTIONS.get(section, section)
     if section is not None and section not in sections:
-        close = difflib.get_close_matches(section, sections, n=1)
+        close = difflib.get_close_matches(section, [*sections, *RENAMED_SECTIONS], n=1)
         raise UserError(f"no config section {section!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
                         f"sections: {', '.join(sections)}")
     lines = []
@@ -764,8 +766,32 @@ def describe_keys(section: str | None = None) -> str:
     return "\n".join(lines).strip("\n")
 
 
+RENAMED_SECTIONS = {"tango": "cotraining"}
+"""Sections read under an old name too, {old: new}: every config and command written before the rename
+still loads (`cotrain keys tango` shows the section under its new name)."""
+
+
+def renamed_sections(raw: dict) -> dict:
+    """`raw` with each section given under an old name (`RENAMED_SECTIONS`) moved under its new one.
+
+    Raises:
+        UserError: one mapping holds a section under both names.
+    """
+    if not isinstance(raw, dict) or not any(old in raw for old in RENAMED_SECTIONS):
+        return raw
+    out = dict(raw)
+    for old, new in RENAMED_SECTIONS.items():
+        if old in out:
+            if new in out:
+                raise UserError(f"the config has both {old}: and {new}: (the section's new name); merge them into {new}:")
+            out[new] = out.pop(old)
+    return out
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Apply `key.sub=value` overrides; values are parsed as YAML scalars/lists."""
+    """Apply `key.sub=value` overrides; values are parsed as YAML scalars/lists. A section's old name
+    (`RENAMED_SECTIONS`) is read as its new one, in `raw` and in the keys."""
+    raw = renamed_sections(raw)
     for item in overrides:
         if "=" not in item:
             raise UserError(f"override '{item}' is not of the form key.sub=value")
@@ -778,6 +804,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             raise UserError(f"override '{key}': {_unreadable(err)}") from None
         node = raw
         parts = key.strip().split(".")
+        parts[0] = RENAMED_SECTIONS.get(parts[0], parts[0])
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):

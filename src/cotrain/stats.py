@@ -141,7 +141,7 @@ def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paire
 
 
 def auto_criteria(test: Paired, alpha_auto: float | None, alpha_schedule: float | None) -> list[Criterion]:
-    """`tango.alpha: auto`'s two rules, in points of greedy pass@1:
+    """`cotraining.alpha: auto`'s two rules, in points of greedy pass@1:
 
     safe    the paired (auto − grpo) `test` lower bound is ≥ −2, over at least 3 seeds;
     useful  auto's mean α over the run is at least half the paper's schedule's (the `tango` arm's).

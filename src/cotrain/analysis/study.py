@@ -29,7 +29,7 @@ BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
 SAMPLED = "tokens/gen_generated_total"  # the tokens the generator sampled: "samples drawn", in tokens
 SINGLE_MODEL = ("grpo", "sft")  # recipes that train one model on labels alone: controls, not co-training
-AUTO, SCHEDULE = "tango_auto", "tango"  # `tango.alpha: auto` and the paper's schedule, read by auto_criteria
+AUTO, SCHEDULE = "tango_auto", "tango"  # `cotraining.alpha: auto` and the paper's schedule, read by auto_criteria
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Run:
     step_times: list[float] = field(default_factory=list)  # wall seconds of each training step (time/step)
     warmup_flops: float = 0.0                          # FLOPs spent before the first generator step
     alpha: float | None = None                         # mean process-reward weight over the steps (tango)
-    trust: float | None = None                         # mean reliability r_t over the steps (tango.alpha: auto)
+    trust: float | None = None                         # mean reliability r_t over the steps (cotraining.alpha: auto)
     cpu: str = "?"
     verifier_init: str = ""                            # the verifier.init of a run that has a verifier
     init: str = ""                                     # the run's start (`init`)
@@ -278,7 +278,7 @@ def _vs_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str):
 
 
 def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) -> list[tuple[str, Criterion]]:
-    """The plan's criteria (`stats.plan_criteria`) of each co-training arm (not the grpo and sft controls) against grpo, and `tango.alpha:
+    """The plan's criteria (`stats.plan_criteria`) of each co-training arm (not the grpo and sft controls) against grpo, and `cotraining.alpha:
     auto`'s two rules for its arm, as (arm, criterion) in the study's order of arms. The label-free gain
     needs the start's `test` pass@1 (`start`)."""
     out = []
@@ -348,7 +348,7 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
     reach the baseline's final in-training accuracy, its FLOPs, its mean process-reward weight α (and
-    reliability r with `tango.alpha: auto`), its gain over the start's `test` pass@1 (`start`, where
+    reliability r with `cotraining.alpha: auto`), its gain over the start's `test` pass@1 (`start`, where
     known; a run from another committed start, a judge's warm-up, against that one's); then the plan's
     criteria per arm."""
     base = arms.get(BASELINE)

@@ -32,10 +32,10 @@ def eval_at_start(cfg: RunConfig, session, model, tokenizer, task: Task) -> None
 
 
 def injected_heldout(cfg: RunConfig, task: Task) -> list:
-    """`tango.eval_n` problems of the first eval split, each with a reference solution whose error (if
+    """`cotraining.eval_n` problems of the first eval split, each with a reference solution whose error (if
     any) was injected at a known step: the fixed set a verifier is evaluated on during training."""
     split = cfg.eval.splits[0]
-    return injected_error_set(task, task.problems(split, cfg.tango.eval_n, seed=1234) if split in task.splits else [])
+    return injected_error_set(task, task.problems(split, cfg.cotraining.eval_n, seed=1234) if split in task.splits else [])
 
 
 def eval_verifier_during(cfg: RunConfig, verifier, vtok, task: Task, heldout: list) -> dict[str, float]:

@@ -71,7 +71,7 @@ from cotrain.train.verifier import (
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
-    g, v, tg = cfg.grpo, cfg.verifier, cfg.tango
+    g, v, tg = cfg.grpo, cfg.verifier, cfg.cotraining
     frozen = tg.ver_steps == 0
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)

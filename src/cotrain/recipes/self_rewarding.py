@@ -163,7 +163,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ final evaluation: the model judging its own samples
     e, split = eval_kwargs(cfg), cfg.eval.splits[0]
     judge = {split: evaluate_verifiers({"judge": (model, tokenizer)}, model, tokenizer, task, split,
-                                       n=cfg.eval.n_sampled or cfg.tango.eval_n, k=cfg.eval.k or 4,
+                                       n=cfg.eval.n_sampled or cfg.cotraining.eval_n, k=cfg.eval.k or 4,
                                        temperature=e["temperature"], gen_max_new_tokens=e["max_new_tokens"],
                                        ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=e["batch_size"],
                                        bf16=cfg.train.bf16)["judge"]} if split in task.splits else {}

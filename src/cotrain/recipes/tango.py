@@ -1,7 +1,7 @@
 """RL Tango (experiment 2.1): a generator and a generative verifier co-trained by RL, each rewarding the other.
 
 Also its frozen-verifier baseline (experiment 1.2, `recipe: frozen_verifier`) and the adversarial
-variant (GAR, `tango.adversarial`), which differ from it by configuration alone.
+variant (GAR, `cotraining.adversarial`), which differ from it by configuration alone.
 
 Algorithm (Zha et al. 2025, "RL Tango"; formulas in docs/design.md):
   warm-up   the verifier is fine-tuned on verifications written for it (`verifier.warmup_sft_steps`):
@@ -21,13 +21,13 @@ Algorithm (Zha et al. 2025, "RL Tango"; formulas in docs/design.md):
   adversarial (GAR): the verifier also earns w_catch for rejecting an incorrect solution, the
             generator w_approve for a correct solution the verifier approves.
 
-`tango.alpha: auto` (ours, not the paper's): the paper's schedule times the verifier's measured
+`cotraining.alpha: auto` (ours, not the paper's): the paper's schedule times the verifier's measured
 reliability r_t in [0, 1] (rl/tango.py `reliability`: 0 for a verifier no measurably better than
 chance on the generator's current samples, 1 from 0.9 balanced accuracy), so that a verifier that
 cannot check leaves the update GRPO's.
 
 Defaults are the paper's code's (kaiwenzha/RL-Tango, scripts/run_rl_tango.sh): alpha 0.1 decaying
-exponentially to 1e-3 (`tango.alpha`, `alpha_schedule: exp`), w_format 0.8, class weights
+exponentially to 1e-3 (`cotraining.alpha`, `alpha_schedule: exp`), w_format 0.8, class weights
 1 / (sqrt(EMA count) + 1e-6) with decay 0.8 and no clamp, a group's lone step reward kept as it is,
 no reward at all for a verification without a final verdict, Ng:Nv = 3:1, verifier temperature 1.
 
@@ -105,7 +105,7 @@ from cotrain.train.verifier import (
 
 PANELS = (  # curves.png panels of this recipe's own metrics (registry.panels): title, y label, metric, in [0, 1]
     ("Process-reward weight α (tango)", "α", "alpha", False),
-    ("Verifier reliability r (tango.alpha: auto)", "r", "alpha_trust", True),
+    ("Verifier reliability r (cotraining.alpha: auto)", "r", "alpha_trust", True),
 )
 
 
@@ -115,7 +115,7 @@ def graded(task, texts: list[str], problems: list, group_size: int = 1) -> list[
 
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
-    g, v, tg = cfg.grpo, cfg.verifier, cfg.tango
+    g, v, tg = cfg.grpo, cfg.verifier, cfg.cotraining
     oracle = v.source != "model"  # verdicts from the task's labels: no verifier model at all
     frozen = cfg.recipe == "frozen_verifier" or tg.ver_steps == 0 or oracle
     # ------------------------------------------------------------------ build

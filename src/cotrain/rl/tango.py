@@ -115,7 +115,7 @@ def unscaled(rewards: list[list[float] | None]) -> list[list[float] | None]:
 
 
 def final_step_rewards(verdicts: list[bool], n_steps: int, final: bool | None, complete: bool) -> list[float]:
-    """Step rewards with the final verdict scored as one more step (`tango.credit: final`, ours).
+    """Step rewards with the final verdict scored as one more step (`cotraining.credit: final`, ours).
 
     Each of the K step verdicts and the final one earns +-1/(K+1); the final item is +1/(K+1) only when the
     final verdict approves AND the solution is complete (it states an answer and has at least the steps its
@@ -198,7 +198,7 @@ def reliability(window: list[tuple[int, int, int, int]], previous: float) -> tup
     unknown, nan).
 
     This rule is ours: RL Tango weighs the process advantage by its schedule alone, whatever the
-    verifier's accuracy (`tango.alpha: auto` turns it on; docs/design.md).
+    verifier's accuracy (`cotraining.alpha: auto` turns it on; docs/design.md).
 
     Returns:
         (r, BA, m).

@@ -16,7 +16,7 @@ Instead of a grid, named arms (a study's table: each arm its own overrides, and 
 
     arms:
       grpo: {overrides: {recipe: grpo}}
-      tango_auto: {overrides: {tango.alpha: auto}, seeds: [0, 1, 2, 3, 4]}
+      tango_auto: {overrides: {cotraining.alpha: auto}, seeds: [0, 1, 2, 3, 4]}
       labelfree: {config: ../sparse/labelfree.yaml}     # its own base config (relative to the sweep file)
 
 Each arm's runs go to DIR/<arm>/seed<S>/, the layout `cotrain study` reads.
@@ -68,7 +68,7 @@ from typing import Any
 
 import yaml
 
-from cotrain.config import apply_overrides, build_config, read_yaml_mapping
+from cotrain.config import apply_overrides, build_config, read_yaml_mapping, renamed_sections
 from cotrain.errors import UserError
 from cotrain.stats import mean_ci95
 
@@ -84,7 +84,7 @@ NAME = re.compile(r"[A-Za-z0-9._+@-]{1,100}")  # an arm's or a prepare stage's n
 class Cell:
     """One point of the grid."""
 
-    name: str                  # "tango.alpha=0.3,train.lr=1e-3": also its directory in the sweep dir
+    name: str                  # "cotraining.alpha=0.3,train.lr=1e-3": also its directory in the sweep dir
     values: dict[str, Any]     # grid key -> this cell's value
     configs: dict[int, dict]   # seed -> validated, resolved run config (without `init` from prepare)
 
@@ -104,7 +104,7 @@ class Sweep:
 class Run:
     """One `cotrain run` of the sweep."""
 
-    label: str                 # "tango.alpha=0.3 seed1", or a prepare stage's name
+    label: str                 # "cotraining.alpha=0.3 seed1", or a prepare stage's name
     config: dict
     run_dir: Path
     status: str = field(init=False, default="")
@@ -385,7 +385,7 @@ def _check_same_config(run: Run) -> None:
     if not saved.is_file():
         return
     ignored = ("out_dir", "init")  # where the sweep dir lives is not part of the experiment
-    old = {k: v for k, v in (yaml.safe_load(saved.read_text()) or {}).items() if k not in ignored}
+    old = {k: v for k, v in renamed_sections(yaml.safe_load(saved.read_text()) or {}).items() if k not in ignored}
     new = {k: v for k, v in run.config.items() if k not in ignored}
     diff = _first_difference(old, new)
     if diff:

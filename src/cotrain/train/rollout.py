@@ -114,7 +114,7 @@ def complete_solutions(task, problems: list, texts: list[str]) -> list[bool]:
     """Whether each sample states an answer and shows at least as many steps as its problem's reference
     solution: its lines before the answer (`roles.verifier.split_steps`), or the steps of work they show
     where the task counts them (`count_steps`: wordproblems counts equations, so two on one line are two
-    steps and a line of prose none). `gen/early_stop` is the share that do not, and `tango.credit: final`
+    steps and a line of prose none). `gen/early_stop` is the share that do not, and `cotraining.credit: final`
     rejects them where the answer should be."""
     count = getattr(task, "count_steps", len)
     return [task.extract_answer(t) is not None and count([line for _, line in split_steps(t)]) >= len(p.steps)

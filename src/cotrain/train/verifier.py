@@ -195,8 +195,8 @@ def mean_metrics(rows: list[dict]) -> dict[str, float]:
 def build_verifier(cfg: RunConfig, frozen: bool) -> tuple:
     """(verifier, tokenizer, optimizer, scheduler) of a co-training run: the verifier `initial_verifier`
     builds, in train mode, with an AdamW over its RL steps (its warm-up's and, unless `frozen`, one
-    round's `tango.ver_steps` per `tango.gen_steps` generator steps) at `verifier.lr`."""
-    v, tg = cfg.verifier, cfg.tango
+    round's `cotraining.ver_steps` per `cotraining.gen_steps` generator steps) at `verifier.lr`."""
+    v, tg = cfg.verifier, cfg.cotraining
     verifier, vtok = initial_verifier(cfg)
     verifier.train()
     ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
@@ -213,7 +213,7 @@ class VerifierRL:
     """The verifier's RL step: fresh solutions of `verifier.solutions / per_prompt` training prompts from
     the current generator, `verifier.group_size` sampled verifications of each (its GRPO group), reward
     1[final verdict == label] + w_format * format (+ w_catch for a caught error with
-    `tango.adversarial`), advantages reweighted by class (1/sqrt of the EMA count of each label, mean 1).
+    `cotraining.adversarial`), advantages reweighted by class (1/sqrt of the EMA count of each label, mean 1).
     Its phases are timed as time/ver_solutions, time/ver_verify and time/ver_policy.
 
     `labels` gives the labels; with `truth` (a label-free run) the ground truth is read for the `gt/`
@@ -243,7 +243,7 @@ class VerifierRL:
         return {"class_ema": self.ema, "ver_step": self.step_count}
 
     def step(self) -> dict[str, float]:
-        cfg, g, v, tg = self.cfg, self.cfg.grpo, self.cfg.verifier, self.cfg.tango
+        cfg, g, v, tg = self.cfg, self.cfg.grpo, self.cfg.verifier, self.cfg.cotraining
         (model, tokenizer), (verifier, vtok, vopt, vsched) = self.generator, self.verifier
         self.step_count += 1
         t0 = time.perf_counter()
@@ -445,7 +445,7 @@ def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
     def judge(problems, texts, correct):
         return oracle_verifications(task, problems, texts, correct, cfg.verifier, derive_seed(cfg.seed, "oracle-eval"))
 
-    scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=cfg.eval.n_sampled or cfg.tango.eval_n,
+    scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=cfg.eval.n_sampled or cfg.cotraining.eval_n,
                                 k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
                                 gen_max_new_tokens=ekw["max_new_tokens"],
                                 ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=ekw["batch_size"],
@@ -469,7 +469,7 @@ def final_verifier_results(cfg: RunConfig, session: Session, task, generator: tu
         return results
     # without generator steps the trained verifier is the warmed-up one: it is evaluated once
     both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)} if cfg.train.steps else {"verifier_warmup": (warm, wtok)}
-    scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.tango.eval_n,
+    scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.cotraining.eval_n,
                                 k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
                                 gen_max_new_tokens=ekw["max_new_tokens"],
                                 ver_max_new_tokens=v.max_new_tokens, batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
