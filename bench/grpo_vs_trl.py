@@ -135,7 +135,7 @@ def step_problems(args) -> list[list]:
 
     cfg = grpo_config(args)
     task = build_task(cfg.task)
-    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     return [sample_batch(pool, args.prompts, cfg.seed, step) for step in range(1, args.steps + 1)]
 
 

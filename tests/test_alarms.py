@@ -76,15 +76,15 @@ def test_log_step_writes_the_alarm_once_prints_it_and_a_resume_does_not_raise_it
 
     cfg = build_config({"recipe": "tango", "train": {"steps": 4}, "alarms": {"window": 1, "hack_gap": 0.1},
                         "log": {"progress": False, "tensorboard": False}})
-    session = Session(tmp_path, MetricsLogger(tmp_path, tensorboard=False), Progress(4, enabled=False), 0)
+    session = Session(cfg, tmp_path, MetricsLogger(tmp_path, tensorboard=False), Progress(4, enabled=False), 0)
     for step, gap in ((1, 0.0), (2, 0.5), (3, 0.6)):
-        log_step(cfg, session, step, {"cotrain/hack_gap": gap}, {})
+        log_step(session, step, {"cotrain/hack_gap": gap}, {})
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("alarm/reward_hacking") for r in rows] == [None, 1.0, None]
     assert capsys.readouterr().err.count("alarm at step 2: reward hacking") == 1
-    resumed = Session(tmp_path, MetricsLogger(tmp_path, tensorboard=False, resume_step=3), Progress(4, enabled=False), 3,
+    resumed = Session(cfg, tmp_path, MetricsLogger(tmp_path, tensorboard=False, resume_step=3), Progress(4, enabled=False), 3,
                       history=_alarm_history(tmp_path / "metrics.jsonl"))
-    log_step(cfg, resumed, 4, {"cotrain/hack_gap": 0.7}, {})
+    log_step(resumed, 4, {"cotrain/hack_gap": 0.7}, {})
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["step"] == 4 and "alarm/reward_hacking" not in last and "alarm" not in capsys.readouterr().err
 

@@ -357,9 +357,11 @@ def test_fsdp_on_the_cpu_of_an_old_torch_is_refused_in_one_line(monkeypatch):
 
 
 def test_a_resume_loads_each_role_s_optimizer_onto_the_device_its_model_is_on(tmp_path, monkeypatch):
-    """Optimizer states are loaded with `map_location` the device the process holds the role's model on,
-    the run state onto the host: under torchrun, a load without it puts every rank's states on cuda:0 (the
-    device they were saved from). The loaded states equal the saved ones."""
+    """A plain model's optimizer states are loaded onto the host (`map_location` cpu: torch's
+    `load_state_dict` then moves each moment onto its parameter's device and keeps AdamW's step counts on the
+    host, as a fresh optimizer has them; a load onto the GPU put them there, a sync a step, found on an
+    H200), the run state onto the host too: never the device they were saved from, where under torchrun
+    every rank's states would land on cuda:0. The loaded states equal the saved ones."""
     import torch
 
     from cotrain.config import ModelConfig
@@ -383,5 +385,5 @@ def test_a_resume_loads_each_role_s_optimizer_onto_the_device_its_model_is_on(tm
     monkeypatch.setattr(rundir.torch, "load", recording)
     opt2 = torch.optim.AdamW(model.parameters(), lr=1e-3)
     rundir.load_checkpoint_state(ckpt, {"generator": (model, tok, opt2, torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0))})
-    assert seen == [("optim.pt", torch.device("cpu")), ("state.pt", "cpu")]
+    assert seen == [("optim.pt", "cpu"), ("state.pt", "cpu")]
     assert all(torch.equal(opt2.state_dict()["state"][0][k], v) for k, v in saved.items())

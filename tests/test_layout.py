@@ -289,3 +289,35 @@ def test_recipe_panels_are_declared_beside_their_recipes_and_drawn():
     assert {"alpha", "ranking_acc", "pair_acc", "followed"} <= set(metrics)
     assert len(metrics) == len(set(metrics))
     assert {p.metric for p in plot._PANELS} >= set(metrics)
+
+
+WHOLE_CONFIG_LIMIT = 33
+"""Functions outside recipes/ that take the whole run config: the number may only fall (the aim is 20 or
+fewer: a function below the recipes takes the section or the values it reads, and the session holds the
+config for logging, checkpointing and evaluation)."""
+
+
+def whole_config_takers() -> list[str]:
+    """`module:line name` of each function outside recipes/ with a parameter annotated `RunConfig`, or an
+    unannotated one named `cfg`."""
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).as_posix()
+        if "/recipes/" in rel:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                    annotation = ast.unparse(a.annotation) if a.annotation else ""
+                    if "RunConfig" in annotation or (a.arg == "cfg" and not annotation):
+                        out.append(f"{rel}:{node.lineno} {node.name}")
+                        break
+    return out
+
+
+def test_few_functions_below_the_recipes_take_the_whole_config():
+    takers = whole_config_takers()
+    print(f"{len(takers)} functions outside recipes/ take the whole run config:\n  " + "\n  ".join(takers))
+    assert len(takers) <= WHOLE_CONFIG_LIMIT, (
+        f"{len(takers)} functions take the whole run config (at most {WHOLE_CONFIG_LIMIT}): pass the section or "
+        "the values a function reads")

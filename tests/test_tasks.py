@@ -478,7 +478,7 @@ def test_a_test_only_file_cannot_train_and_says_so(tmp_path):
     assert len(task.problems("test")) == 1  # evaluation reads it
     cfg = build_config({"task": {"name": "jsonl", "splits": {"test": str(path)}}})
     with pytest.raises(UserError, match="has no train split \\(its splits: test\\)"):
-        training_pool(task, cfg, 10)
+        training_pool(task, cfg.seed, 10)
 
 
 @pytest.mark.parametrize("completion, read, gold, right", [

@@ -84,7 +84,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     # what a run reads: the training pool, and the problems the final evaluation draws from each split
     task = build_task(cfg.task)
     # self-play draws its seed questions (`selfplay.seed_questions`), the other recipes `train.n_problems`
-    pool, _ = training_pool(task, cfg, cfg.selfplay.seed_questions if "judge" in RECIPES[cfg.recipe].roles
+    pool, _ = training_pool(task, cfg.seed, cfg.selfplay.seed_questions if "judge" in RECIPES[cfg.recipe].roles
                             else t.n_problems)
     named = "splits" in cfg.eval.model_fields_set  # the default splits a task lacks are skipped, named ones refused
     evaluated = require_eval_splits(task, cfg.task.name, cfg.eval.splits, cfg.eval.n, named)

@@ -135,7 +135,6 @@ def _recorded_task(checkpoint: str) -> dict:
 def cmd_eval(args) -> int:
     from cotrain.config import build_config
     from cotrain.dist import device
-    from cotrain.eval.during import eval_kwargs
     from cotrain.eval.evaluate import evaluate_generator
     from cotrain.models.build import load_model
     from cotrain.precision import resolve_bf16
@@ -152,7 +151,7 @@ def cmd_eval(args) -> int:
     print(line, file=sys.stderr, flush=True)
     task = make_task(cfg.task.name, **cfg.task.options())
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
-                                               **eval_kwargs(cfg))}
+                                               **cfg.eval_settings())}
     if args.verifier and args.bon:
         results["best_of_n"] = _best_of_n(cfg, args, model, tokenizer, task)
     elif args.verifier:
@@ -168,14 +167,13 @@ def cmd_eval(args) -> int:
 def _eval_verifier(cfg, path: str, model, tokenizer, task) -> dict:
     """A verifier judging the generator's samples on each split: its verdict metrics and the
     generation-verification gaps (`eval.k` samples of `eval.n_sampled` problems), a line each on stderr."""
-    from cotrain.eval.during import eval_kwargs
     from cotrain.eval.verifier_eval import evaluate_verifiers
     from cotrain.models.build import load_model
     from cotrain.runs.rundir import resolve_model_dir
 
     verifier, vtok = load_model(resolve_model_dir(path, role="verifier"))
     verifier.to(model.device).eval()
-    kw, out = eval_kwargs(cfg), {}
+    kw, out = cfg.eval_settings(), {}
     for split in (s for s in cfg.eval.splits if s in task.splits):
         m = evaluate_verifiers({"verifier": (verifier, vtok)}, model, tokenizer, task, split,
                                n=max(cfg.eval.n_sampled, 1), k=max(cfg.eval.k, 2), temperature=cfg.eval.temperature,
@@ -192,7 +190,6 @@ def _eval_verifier(cfg, path: str, model, tokenizer, task) -> dict:
 def _best_of_n(cfg, args, model, tokenizer, task) -> dict:
     """`--bon`: best-of-N against N of each `--verifier` ([NAME=]PATH), a random pick, majority voting and
     the oracle, on eval.n_sampled problems of the first split; a markdown table on stdout's stderr side."""
-    from cotrain.eval.during import eval_kwargs
     from cotrain.eval.verifier_eval import best_of_n_study
     from cotrain.models.build import load_model
     from cotrain.runs.rundir import resolve_model_dir
@@ -215,7 +212,7 @@ def _best_of_n(cfg, args, model, tokenizer, task) -> dict:
     split = next((s for s in cfg.eval.splits if s in task.splits), None)
     if split is None:
         raise UserError(f"task {cfg.task.name} has none of the splits {', '.join(cfg.eval.splits)}")
-    kw = eval_kwargs(cfg)
+    kw = cfg.eval_settings()
     out = best_of_n_study(verifiers, model, tokenizer, task, split, n=max(cfg.eval.n_sampled, 1), ns=ns,
                           temperature=cfg.eval.temperature, gen_max_new_tokens=kw["max_new_tokens"],
                           ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=kw["batch_size"], bf16=kw["bf16"])

@@ -43,9 +43,9 @@ def _compiled_decoding(what: str) -> str:
             "the first call per model compiles. No gain on a CPU (bench/README.md). Not with draft_tokens.")
 
 
-def _one_decoding(section: str, cfg) -> None:
+def _one_decoding(section: str, settings) -> None:
     """Compiled decoding has no drafting: a section may turn on one of them."""
-    if cfg.compile and cfg.draft_tokens:
+    if settings.compile and settings.draft_tokens:
         raise ValueError(f"{section}.compile and {section}.draft_tokens cannot be combined: choose one")
 
 
@@ -698,6 +698,15 @@ class RunConfig(_Section):
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
+
+    def eval_settings(self) -> dict:
+        """The keyword arguments of every evaluation of this run's generator (`eval/evaluate.py`): the
+        `eval` section's, its length defaulting to the rollouts' (`grpo.max_new_tokens`), in the run's
+        precision (`train.bf16`, settled by the session)."""
+        e = self.eval
+        return dict(k=e.k, n_sampled=e.n_sampled, temperature=e.temperature,
+                    max_new_tokens=e.max_new_tokens or self.grpo.max_new_tokens, batch_size=e.batch_size,
+                    bf16=self.train.bf16)
 
 
 # ---------------------------------------------------------------- loading

@@ -278,9 +278,9 @@ def _vs_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str):
 
 
 def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) -> list[tuple[str, Criterion]]:
-    """The plan's criteria (`stats.plan_criteria`) of each co-training arm (not the grpo and sft controls) against grpo, and `cotraining.alpha:
-    auto`'s two rules for its arm, as (arm, criterion) in the study's order of arms. The label-free gain
-    needs the start's `test` pass@1 (`start`)."""
+    """The plan's criteria (`stats.plan_criteria`) of each co-training arm (not the grpo and sft controls)
+    against grpo, and `cotraining.alpha: auto`'s two rules for its arm, as (arm, criterion) in the study's
+    order of arms. The label-free gain needs the start's `test` pass@1 (`start`)."""
     out = []
     for arm, runs in arms.items():
         d_test = _vs_baseline(arms, arm, "test")

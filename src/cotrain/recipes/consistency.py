@@ -82,7 +82,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     verifier.train()
     # The generator's frozen start (with LoRA: its base, adapters off): the KL's reference, the safeguard's.
     ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 or cfg.safeguard.measures_kl else None
-    labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    labelled_pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     pool = blind(labelled_pool)
     truth = {p.question: p for p in labelled_pool}  # ground truth of the training problems, for gt/* metrics only
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
@@ -105,9 +105,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     ver_rl = VerifierRL(cfg, pool, (model, tokenizer), (verifier, vtok, vopt, vsched), compute, labels=pseudo,
                         truth=truth_of, per_prompt=g.group_size, ema=session.state.get("class_ema"),
                         step_count=session.state.get("ver_step", 0))
-    heldout = injected_heldout(cfg, task)
     n_prompts = cfg.train.batch_size // g.group_size
-    eval_verifier = partial(eval_verifier_during, cfg, verifier, vtok, task, heldout)  # eval/verifier/* metrics
+    heldout = injected_heldout(task, cfg.eval.splits[0], tg.eval_n)  # eval/verifier/* metrics on it:
+    eval_verifier = partial(eval_verifier_during, verifier, vtok, task, heldout, v, cfg.eval.batch_size, cfg.train.bf16)
     safeguard = Safeguard(cfg, [p.question for p in pool], (model, tokenizer), ref_model,
                           verifier_judge(cfg, (verifier, vtok), compute), compute, session.state.get("safeguard"))
 
@@ -115,7 +115,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     if not warmed:
         warm_up(cfg, session, roles, task, pool, ver_rl, eval_verifier)
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- generator rollout
@@ -177,18 +177,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             metrics.update(eval_verifier())
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["gt/agree"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, **ver_rl.state(), **safeguard.state()})
+        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["gt/agree"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, **ver_rl.state(), **safeguard.state()})
 
     # ------------------------------------------------------------------ final evaluation
     results = final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout)
     results["compute"] = compute.summary()
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_models={"verifier": (verifier, vtok)},
+    return finish(session, model, tokenizer, task, cfg.train.steps, other_models={"verifier": (verifier, vtok)},
                   other_results=results)
 
 

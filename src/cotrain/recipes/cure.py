@@ -83,7 +83,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     require_unit_tests(task)
     model, tokenizer = initial_model(cfg)
     model.train()
-    labelled_pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    labelled_pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     labelled_pool = labelled_pool if label_free else with_unit_tests(task, labelled_pool)
     pool = blind(labelled_pool) if label_free else labelled_pool
     truth = {p.question: p for p in labelled_pool}  # labelled copies: the gt/ metrics of cure_label_free read them
@@ -103,11 +103,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ warm-up (step 0: the tester's notation)
     if not warmed and c.tester_warmup_steps and not label_free:
         metrics = tester_warm_up(cfg, tester, ttok, pool, task, compute, rehearse=not c.two_models, role=trole)
-        maybe_checkpoint(cfg, session, 0, roles, force=True, extra={"compute": compute.tokens})
+        maybe_checkpoint(session, 0, roles, force=True, extra={"compute": compute.tokens})
         session.logger.log(0, {**metrics, **compute.metrics()})
 
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer, restarts = StepTimer(), sandbox.RETRIES["starts"]
         # -------------------------------------------------------------- codes and tests
@@ -175,17 +175,17 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         }
         metrics["test/parsable"] = metrics.pop("gt/test_parsable")  # the tester's own output: no label in it
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "tests": metrics["test/reward"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "tests": metrics["test/reward"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens})
 
     # ------------------------------------------------------------------ final evaluation
     results = {"cure": cure_evaluation(cfg, model, tokenizer, task, cfg.eval.splits, tester=(tester, ttok)),
                "compute": compute.summary()}
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results,
+    return finish(session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models={"tester": (tester, ttok)} if c.two_models else None)
 
 

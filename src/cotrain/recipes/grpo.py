@@ -53,7 +53,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None
     cur = cfg.curriculum
     levels = [make_task(cfg.task.name, **{**cfg.task.options(), **lv}) for lv in cur.levels] or [task]
-    pools = [training_pool(t, cfg, cfg.train.n_problems)[0] for t in levels]
+    pools = [training_pool(t, cfg.seed, cfg.train.n_problems)[0] for t in levels]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="grpo")
@@ -62,7 +62,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     n_prompts = cfg.train.batch_size // g.group_size
     level, recent = session.state.get("level", 0), list(session.state.get("recent_acc", []))
 
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- rollout
@@ -108,11 +108,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                 if new != level:
                     level, recent = new, []
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, "level": level,
+        log_step(session, step, metrics, {"reward": metrics["gen/reward"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, "level": level,
                                                            "recent_acc": recent})
 
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results={"compute": compute.summary()})
+    return finish(session, model, tokenizer, task, cfg.train.steps, other_results={"compute": compute.summary()})

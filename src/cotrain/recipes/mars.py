@@ -57,7 +57,6 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_kwargs
 from cotrain.eval.evaluate import EVAL_SEED
 from cotrain.eval.metrics import pass_at_k, wilson_interval
 from cotrain.models.generate import Rollout, concat_rollouts, generate, select_rows
@@ -87,7 +86,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     task = build_task(cfg.task)
     model, tokenizer = initial_model(cfg)                       # the worker (and the planner, with one model)
     model.train()
-    pool = [p for p in training_pool(task, cfg, cfg.train.n_problems)[0] if p.steps or m.plan]
+    pool = [p for p in training_pool(task, cfg.seed, cfg.train.n_problems)[0] if p.steps or m.plan]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     planner_model, popt, psched = model, opt, sched
@@ -104,7 +103,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     n_prompts = cfg.train.batch_size // g.group_size
     play_kw = dict(use_plan=m.plan, plan_tokens=g.max_new_tokens, step_tokens=m.worker_max_new_tokens,
                    bf16=cfg.train.bf16)
-    e = eval_kwargs(cfg)
+    e = cfg.eval_settings()
 
     def evaluate(splits, n, k=0):
         return evaluate_pair(planner_model, model, tokenizer, task, splits, n=n, k=k, n_sampled=e["n_sampled"],
@@ -119,7 +118,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         metrics = warm_up(planner_model, model, tokenizer, pool, steps=m.warmup_steps, batch_size=m.warmup_batch_size,
                           lr=m.warmup_lr, use_plan=m.plan, train_cfg=cfg.train, seed=cfg.seed, bf16=cfg.train.bf16,
                           micro_batch_size=cfg.train.micro_batch_size, compute=compute, roles=(prole, "gen"))
-        maybe_checkpoint(cfg, session, 0, roles, force=True, extra={"compute": compute.tokens})
+        maybe_checkpoint(session, 0, roles, force=True, extra={"compute": compute.tokens})
         session.logger.log(0, {**metrics, **compute.metrics()})
     if cfg.eval.at_start and session.start_step == 0:
         session.logger.log(0, eval_during())
@@ -182,12 +181,12 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             metrics.update(eval_during())
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "calls": metrics["work/calls_after"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "calls": metrics["work/calls_after"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens})
 
     # ------------------------------------------------------------------ final evaluation: the pair, in place of the generator alone
     pair = evaluate(cfg.eval.splits, cfg.eval.n, k=e["k"])
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, generator_results=pair,
+    return finish(session, model, tokenizer, task, cfg.train.steps, generator_results=pair,
                   other_results={"compute": compute.summary()},
                   other_models={"planner": (planner_model, tokenizer)} if m.two_models else None)
 

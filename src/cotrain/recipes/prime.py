@@ -43,7 +43,7 @@ import torch
 
 from cotrain import dist
 from cotrain.config import GrpoConfig, RunConfig
-from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
+from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.eval.evaluate import EVAL_SEED
 from cotrain.eval.prm_metrics import prm_metrics, step_scores
 from cotrain.models.build import reference_model
@@ -82,7 +82,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     prm_ref = reference_model(model)  # the generator's start (a copy, before a resume loads trained weights)
     prm, _ = initial_model(cfg if p.prm_init is None else cfg.model_copy(update={"init": p.prm_init}))
     prm.train()
-    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     prm_opt, prm_sched = make_optimizer(prm, cfg.train.model_copy(update={"lr": p.lr}), cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched), "prm": (prm, tokenizer, prm_opt, prm_sched)}
@@ -92,7 +92,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     n_prompts = cfg.train.batch_size // g.group_size
     n_drawn = max(n_prompts, int(n_prompts * p.oversample)) if p.filter else n_prompts
 
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- rollout, graded, filtered
@@ -153,13 +153,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "prm": metrics["prime/ranking_acc"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "prm": metrics["prime/ranking_acc"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens})
 
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_models={"prm": (prm, tokenizer)},
+    return finish(session, model, tokenizer, task, cfg.train.steps, other_models={"prm": (prm, tokenizer)},
                   other_results={"compute": compute.summary(), "prm": _prm_results(cfg, prm, prm_ref, model, tokenizer, task)})
 
 
@@ -169,7 +169,7 @@ def _prm_results(cfg: RunConfig, prm, ref, model, tokenizer, task) -> dict:
     if split not in task.splits or not cfg.eval.n_sampled:
         return {}
     prm.eval()
-    ekw = eval_kwargs(cfg)
+    ekw = cfg.eval_settings()
     return {split: evaluate_prm(prm, ref, model, tokenizer, task, split, n=cfg.eval.n_sampled, k=cfg.eval.k,
                                 temperature=cfg.eval.temperature, max_new_tokens=ekw["max_new_tokens"],
                                 batch_size=ekw["batch_size"], bf16=cfg.train.bf16)}

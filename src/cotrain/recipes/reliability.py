@@ -120,7 +120,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     if not warmed and sp.proposer_warmup_steps:
         proposer_warm_up(cfg, session, m, seeds, compute, older, state())
 
-    eval_at_start(cfg, session, solver, tok, task)
+    eval_at_start(session, solver, tok, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         lr_scale = safeguard.step_scale(step, timer)  # < 1 where label-free signals distrust the judge
@@ -198,15 +198,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, solver, tok, task))
+            metrics.update(eval_during_training(session, solver, tok, task))
             solver.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
-        maybe_checkpoint(cfg, session, step, m.roles, extra=state())
+        log_step(session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
+        maybe_checkpoint(session, step, m.roles, extra=state())
 
     others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}
-    return finish(cfg, session, solver, tok, task, cfg.train.steps, other_models=others,
+    return finish(session, solver, tok, task, cfg.train.steps, other_models=others,
                   other_results={"compute": compute.summary()})
 
 

@@ -46,7 +46,7 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
+from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.eval.verifier_eval import evaluate_verifiers, verifier_score
 from cotrain.models.build import load_weights
 from cotrain.models.generate import generate
@@ -89,7 +89,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model.train()
     reference, _ = initial_model(cfg)                          # M_t, DPO's reference, frozen
     reference.eval().requires_grad_(False)
-    labelled, _ = training_pool(task, cfg, cfg.train.n_problems)
+    labelled, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     pool = blind(labelled)                                     # the training path: questions only
     truth = {p.question: p for p in labelled}                  # the gt/ monitors alone read it
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
@@ -105,10 +105,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ warm-up (step 0: the judge, from labels)
     if not warmed and cfg.verifier.warmup_sft_steps:
         metrics = warmup_verifier(cfg, task, labelled, model, tokenizer, model, tokenizer, compute, rehearse=sr.rehearse)
-        maybe_checkpoint(cfg, session, 0, roles, force=True, extra={"compute": compute.tokens})
+        maybe_checkpoint(session, 0, roles, force=True, extra={"compute": compute.tokens})
         session.logger.log(0, {**metrics, **compute.metrics()})
 
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         iteration = (step - 1) // sr.iteration_steps
@@ -153,21 +153,21 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                    "gen/lr": sched.get_last_lr()[0], **{f"sr/{k}": v for k, v in st.items() if k != "tokens"},
                    **_judge_metrics(verdicts, scores, right, pairs), **rollout_metrics("gen", ro), **compute.metrics()}
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"pairs": len(pairs), "approved": metrics["judge/approved"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+        log_step(session, step, metrics, {"pairs": len(pairs), "approved": metrics["judge/approved"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens})
 
     # ------------------------------------------------------------------ final evaluation: the model judging its own samples
-    e, split = eval_kwargs(cfg), cfg.eval.splits[0]
+    e, split = cfg.eval_settings(), cfg.eval.splits[0]
     judge = {split: evaluate_verifiers({"judge": (model, tokenizer)}, model, tokenizer, task, split,
                                        n=cfg.eval.n_sampled or cfg.cotraining.eval_n, k=cfg.eval.k or 4,
                                        temperature=e["temperature"], gen_max_new_tokens=e["max_new_tokens"],
                                        ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=e["batch_size"],
                                        bf16=cfg.train.bf16)["judge"]} if split in task.splits else {}
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps,
+    return finish(session, model, tokenizer, task, cfg.train.steps,
                   other_results={"judge": judge, "compute": compute.summary()})
 
 

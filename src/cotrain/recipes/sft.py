@@ -19,7 +19,7 @@ import torch
 
 from cotrain.config import RunConfig
 from cotrain.errors import UserError
-from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
+from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
@@ -35,7 +35,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model, tokenizer = initial_model(cfg)
     model.train()  # on model.device: initial_model placed it
     n_val = cfg.eval.n_during if cfg.train.stop_at_acc else 0
-    pool, val = training_pool(task, cfg, cfg.train.n_problems, n_val)
+    pool, val = training_pool(task, cfg.seed, cfg.train.n_problems, n_val)
     pool = [p for p in pool if p.solution]
     if not pool:
         raise UserError(f"task {cfg.task.name} has no reference solutions to fine-tune on")
@@ -46,7 +46,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ loop
     step = session.start_step
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         if session.stopped:  # resumed after the stopping rule fired: nothing left to train
             step -= 1
@@ -67,9 +67,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                    "tokens/gen_train": st["tokens_trained"]}
         stop = False
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             if val:
-                kw = eval_kwargs(cfg)
+                kw = cfg.eval_settings()
                 val_acc = greedy_accuracy(model, tokenizer, task, val, max_new_tokens=kw["max_new_tokens"],
                                           batch_size=kw["batch_size"], bf16=kw["bf16"])
                 metrics["eval/val/pass@1"] = val_acc
@@ -78,12 +78,12 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             timer.lap("eval")
         metrics.update(timer.metrics())
         metrics.update(compute.metrics())
-        log_step(cfg, session, step, metrics, {"loss": metrics["gen/loss"]}, force=stop)
-        maybe_checkpoint(cfg, session, step, roles, stop=stop, extra={"compute": compute.tokens})
+        log_step(session, step, metrics, {"loss": metrics["gen/loss"]}, force=stop)
+        maybe_checkpoint(session, step, roles, stop=stop, extra={"compute": compute.tokens})
         if stop:
             break
 
-    return finish(cfg, session, model, tokenizer, task, step, other_results={"compute": compute.summary()})
+    return finish(session, model, tokenizer, task, step, other_results={"compute": compute.summary()})
 
 
 def check_rollout(cfg: RunConfig) -> dict:

@@ -69,7 +69,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model.train()
     opponent, _ = initial_model(cfg)
     opponent.eval().requires_grad_(False)
-    pool = [p for p in training_pool(task, cfg, cfg.train.n_problems)[0] if p.solution]
+    pool = [p for p in training_pool(task, cfg.seed, cfg.train.n_problems)[0] if p.solution]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="spin")
@@ -77,7 +77,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         load_weights(opponent, iterate_dir(session.run_dir, OPPONENT, session.start_step // sp.iteration_steps))
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))
 
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         iteration = (step - 1) // sp.iteration_steps
@@ -118,11 +118,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                    "spin/synthetic_acc": sum(right) / n, "spin/synthetic_len": ro.lengths.float().mean().item(),
                    "gen/grad_norm": grad_norm, "gen/lr": sched.get_last_lr()[0], **compute.metrics()}
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"loss": metrics["spin/loss"], "pair_acc": metrics["spin/pair_acc"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+        log_step(session, step, metrics, {"loss": metrics["spin/loss"], "pair_acc": metrics["spin/pair_acc"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens})
 
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results={"compute": compute.summary()})
+    return finish(session, model, tokenizer, task, cfg.train.steps, other_results={"compute": compute.summary()})
 

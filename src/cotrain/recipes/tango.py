@@ -126,7 +126,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model.train()  # on its model config's device: initial_model placed it
     # The generator's frozen reference is its start (with LoRA: its base, adapters off); none when beta == 0.
     ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None
-    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": (model, tokenizer, opt, sched)}
     if not oracle:  # the verifier, on its model config's device, with its optimizer over its RL steps
@@ -140,8 +140,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     if not oracle:
         ver_rl = VerifierRL(cfg, pool, (model, tokenizer), roles["verifier"], compute, labels=grade,
                             ema=session.state.get("class_ema"), step_count=session.state.get("ver_step", 0))
-        heldout = injected_heldout(cfg, task)
-        eval_verifier = partial(eval_verifier_during, cfg, verifier, vtok, task, heldout)  # eval/verifier/* metrics
+        heldout = injected_heldout(task, cfg.eval.splits[0], tg.eval_n)  # eval/verifier/* metrics on it:
+        eval_verifier = partial(eval_verifier_during, verifier, vtok, task, heldout, v, cfg.eval.batch_size, cfg.train.bf16)
     # alpha: auto: the verdict counts of the last 5 steps and the reliability they gave (kept on resume)
     window, trust = [tuple(c) for c in session.state.get("alpha_window", [])], session.state.get("alpha_trust", 0.0)
 
@@ -150,7 +150,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         warm_up(cfg, session, roles, task, pool, ver_rl, eval_verifier)
 
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- generator rollout
@@ -219,18 +219,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             metrics.update({} if oracle else eval_verifier())
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"]})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens, "alpha_window": window,
+        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"]})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, "alpha_window": window,
                                                            "alpha_trust": trust, **({} if oracle else ver_rl.state())})
 
     # ------------------------------------------------------------------ final evaluation
     results = (oracle_results(cfg, task, (model, tokenizer)) if oracle else
                final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout))
     results["compute"] = compute.summary()
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results,
+    return finish(session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models=None if oracle else {"verifier": (verifier, vtok)})

@@ -43,7 +43,7 @@ import torch
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_at_start, eval_during_training, eval_kwargs
+from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.eval.verifier_eval import best_of_n_study
 from cotrain.models.build import load_model, reference_model
 from cotrain.models.generate import generate
@@ -80,7 +80,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     verifier, vtok = initial_verifier(cfg)                     # V-STaR: started from the SFT model
     verifier.train()
     ver_ref = reference_model(verifier)                        # DPO's reference: the verifier's start, frozen
-    pool, _ = training_pool(task, cfg, cfg.train.n_problems)
+    pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     vtrain = cfg.train.model_copy(update={"lr": vs.verifier_lr}) if vs.verifier_lr else cfg.train
     vopt, vsched = make_optimizer(verifier, vtrain, cfg.train.steps)
@@ -89,7 +89,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     compute = Compute({"gen": model.num_parameters(), "ver": verifier.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
 
-    eval_at_start(cfg, session, model, tokenizer, task)
+    eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- sample: G solutions of each problem
@@ -135,16 +135,16 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                    "ver/pairs": float(len(pairs)), **{f"ver/{k}": v for k, v in vst.items() if k != "trained"},
                    **rollout_metrics("gen", ro), **compute.metrics()}
         if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(cfg, model, tokenizer, task))
+            metrics.update(eval_during_training(session, model, tokenizer, task))
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(cfg, session, step, metrics, {"acc": metrics["gen/acc"], "pairs": len(pairs)})
-        maybe_checkpoint(cfg, session, step, roles, extra={"compute": compute.tokens})
+        log_step(session, step, metrics, {"acc": metrics["gen/acc"], "pairs": len(pairs)})
+        maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens})
 
     # ------------------------------------------------------------------ final evaluation: best-of-N against N
     results = {"vstar": _best_of_n(cfg, model, tokenizer, verifier, ver_ref, vtok, task), "compute": compute.summary()}
-    return finish(cfg, session, model, tokenizer, task, cfg.train.steps, other_results=results,
+    return finish(session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models={"verifier": (verifier, vtok)})
 
 
@@ -162,7 +162,7 @@ def _dpo_step(verifier, ver_ref, vtok, vopt, questions: list[str], chosen: list[
 def _best_of_n(cfg: RunConfig, model, tokenizer, verifier, ver_ref, vtok, task) -> dict:
     """{split: {"problems", "samples", "bon@N/<picker>": accuracy}}: the V-STaR verifier's implicit reward
     beside the random pick, majority voting, the oracle and `vstar.bon_verifiers`, on the same samples."""
-    e = eval_kwargs(cfg)
+    e = cfg.eval_settings()
     verifier.eval()
 
     @torch.no_grad()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from cotrain import dist
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_kwargs
 from cotrain.eval.evaluate import evaluate_generator, sample_records
 from cotrain.models.build import load_weights
 from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
@@ -36,8 +35,10 @@ from cotrain.tasks.base import Task
 
 @dataclass
 class Session:
-    """What a recipe's loop needs from the outside world."""
+    """What a recipe's loop needs from the outside world, and the run's config (held here, so that logging,
+    checkpointing and the final evaluation read it from the session)."""
 
+    cfg: RunConfig
     run_dir: Path
     logger: MetricsLogger
     progress: Progress
@@ -72,7 +73,7 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
     progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress and dist.is_main(), desc=desc)
     dist.on_main(record_data_files, run_dir)
     history = _alarm_history(run_dir / "metrics.jsonl") if resume and dist.is_main() else []
-    return Session(run_dir, logger, progress, start, stopped, state, history)
+    return Session(cfg, run_dir, logger, progress, start, stopped, state, history)
 
 
 def _alarm_history(path: Path) -> list[dict]:
@@ -114,9 +115,10 @@ def choose_precision(cfg: RunConfig, models: list, run_dir: Path, resume: bool) 
         write_json_atomic(path, env)
 
 
-def log_step(cfg: RunConfig, session: Session, step: int, metrics: dict, shown: dict, force: bool = False) -> None:
+def log_step(session: Session, step: int, metrics: dict, shown: dict, force: bool = False) -> None:
     """Write the step's metrics when due (every `log.every` steps, the last step, or `force`) and show
     `shown` and every `eval/` metric on the progress line."""
+    cfg = session.cfg
     if force or step % cfg.log.every == 0 or step == cfg.train.steps:
         if dist.is_main():
             session.history.append({k: v for k, v in metrics.items() if k in ALARM_KEYS})
@@ -128,10 +130,11 @@ def log_step(cfg: RunConfig, session: Session, step: int, metrics: dict, shown: 
                                                if k.startswith("eval/")}})
 
 
-def maybe_checkpoint(cfg: RunConfig, session: Session, step: int, roles: dict, stop: bool = False,
+def maybe_checkpoint(session: Session, step: int, roles: dict, stop: bool = False,
                      extra: dict | None = None, force: bool = False) -> None:
     """Checkpoint every `checkpoint.every` steps, at the last step, when a stopping rule fires, or when
     forced; `extra` is recipe state restored on resume as `session.state`."""
+    cfg = session.cfg
     if force or stop or step == cfg.train.steps or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
         dist.on_main(save_checkpoint, session.run_dir, step, savable(roles), {"stopped": stop, **(extra or {})},
                      cfg.checkpoint.keep_last)
@@ -161,7 +164,7 @@ def savable(roles: dict) -> dict:
     return out
 
 
-def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step: int,
+def finish(session: Session, model, tokenizer, task: Task, step: int,
            other_models: dict | None = None, other_results: dict | None = None,
            generator_results: dict | None = None) -> dict:
     """Save the final model(s), evaluate every split, write eval.json and (with `log.plots`) plots.
@@ -172,17 +175,18 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
         generator_results: {split: metrics} the recipe evaluated in place of the generator model's own
             (mars: its planner and worker together), written as eval.json's `generator`.
     """
+    cfg = session.cfg
     session.progress.close()
     others = {role: (dist.plain_copy(m), tok) for role, (m, tok) in (other_models or {}).items()}
     dist.on_main(_save_final, session.run_dir, dist.plain_copy(model), tokenizer, others)
     results = {"generator": generator_results if generator_results is not None else
-               evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n, **eval_kwargs(cfg))}
+               evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n, **cfg.eval_settings())}
     results.update(other_results or {})
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
     row.update({f"eval/{role}/{split}/{k}": v for role, splits in (other_results or {}).items()
                 for split, m in splits.items() for k, v in m.items()})
     session.logger.log(step, row)
-    _record_samples(cfg, session.run_dir, model, tokenizer, task, others.get("verifier"), session.logger, step)
+    _record_samples(session, model, tokenizer, task, others.get("verifier"), step)
     session.logger.close()
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
@@ -198,14 +202,14 @@ def finish(cfg: RunConfig, session: Session, model, tokenizer, task: Task, step:
 SAMPLES = 8  # greedy completions kept in samples.jsonl for people to read
 
 
-def _record_samples(cfg: RunConfig, run_dir: Path, model, tokenizer, task: Task, verifier: tuple | None,
-                    logger=None, step: int = 0) -> None:
+def _record_samples(session: Session, model, tokenizer, task: Task, verifier: tuple | None, step: int = 0) -> None:
     """`samples.jsonl`: SAMPLES greedy completions of the first eval split, graded, with the verifier's
     verdict where the run has one; mirrored to the run's tracker as a table. Never costs a finished run: a
     failure is one warning line."""
+    cfg, run_dir, logger = session.cfg, session.run_dir, session.logger
     try:
         rows = sample_records(model, tokenizer, task, cfg.eval.splits[0], n=SAMPLES,
-                              max_new_tokens=eval_kwargs(cfg)["max_new_tokens"], bf16=cfg.train.bf16,
+                              max_new_tokens=cfg.eval_settings()["max_new_tokens"], bf16=cfg.train.bf16,
                               verifier=verifier, verifier_max_new_tokens=cfg.verifier.max_new_tokens)
     except Exception as err:  # noqa: BLE001 (a sample for people to read must never cost a finished run)
         print(f"warning: samples.jsonl not written: {err}")

@@ -112,7 +112,7 @@ def start_path(run_dir) -> Path:
 def seed_questions(cfg: RunConfig, task) -> tuple[list[str], dict]:
     """The train split's questions with their answers hidden (`blind`), and {question: problem} of
     their ground truth, which only the gt/ metrics read."""
-    labelled, _ = training_pool(task, cfg, cfg.selfplay.seed_questions)
+    labelled, _ = training_pool(task, cfg.seed, cfg.selfplay.seed_questions)
     return [p.question for p in blind(labelled)], {p.question: p for p in labelled}
 
 
@@ -196,7 +196,7 @@ def proposer_warm_up(cfg: RunConfig, session: Session, m: SelfPlayModels, seeds:
         older.load_state_dict(m.solver[0].state_dict())
         dist.on_main(save_model, *m.solver, start_path(session.run_dir))
     metrics.update(compute.metrics())
-    maybe_checkpoint(cfg, session, 0, m.roles, force=True, extra=extra)
+    maybe_checkpoint(session, 0, m.roles, force=True, extra=extra)
     session.logger.log(0, metrics)
 
 

@@ -32,15 +32,16 @@ def build_task(cfg: TaskConfig) -> Task:
     return make_task(cfg.name, **cfg.options())
 
 
-def training_pool(task: Task, cfg: RunConfig, n: int | None, n_val: int = 0) -> tuple[list[Problem], list[Problem]]:
-    """Training problems and `n_val` held-out problems of the train split (disjoint from the pool)."""
+def training_pool(task: Task, seed: int, n: int | None, n_val: int = 0) -> tuple[list[Problem], list[Problem]]:
+    """Training problems and `n_val` held-out problems of the train split (disjoint from the pool), drawn
+    with the run's `seed`."""
     if "train" not in task.splits:
-        raise UserError(f"task {cfg.task.name} has no train split (its splits: {', '.join(task.splits)}): give it "
+        raise UserError(f"task {task.name} has no train split (its splits: {', '.join(task.splits)}): give it "
                         "training data, or evaluate a checkpoint on these splits with `cotrain eval`")
-    problems = task.problems("train", None if n is None else n + n_val, seed=cfg.seed)
+    problems = task.problems("train", None if n is None else n + n_val, seed=seed)
     pool, val = (problems[:-n_val], problems[-n_val:]) if n_val else (problems, [])
     if not pool:
-        raise UserError(f"task {cfg.task.name} has no training problems")
+        raise UserError(f"task {task.name} has no training problems")
     return pool, val
 
 

@@ -15,7 +15,6 @@ import torch
 from cotrain import dist
 from cotrain.config import RunConfig, VerifierConfig
 from cotrain.errors import UserError
-from cotrain.eval.during import eval_kwargs
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, verifier_score
 from cotrain.eval.verifier_metrics import step_verdict_metrics, verdict_metrics, verifier_gap
@@ -327,7 +326,7 @@ def warm_up(cfg: RunConfig, session: Session, roles: dict, task, pool: list, ver
     dist.on_main(save_model, dist.plain_copy(verifier), vtok, session.run_dir / "warmup" / "verifier")
     metrics.update(ver_rl.compute.metrics())
     metrics["time/warmup"] = time.time() - t0
-    maybe_checkpoint(cfg, session, 0, roles, force=True, extra={"compute": ver_rl.compute.tokens, **ver_rl.state()})
+    maybe_checkpoint(session, 0, roles, force=True, extra={"compute": ver_rl.compute.tokens, **ver_rl.state()})
     session.logger.log(0, metrics)
 
 
@@ -438,7 +437,7 @@ def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
     (`all_wrong@k`), where failed samples first go wrong (`process/first_false_not_last`), and what
     `evaluate_verifiers` reports of the verdicts (noisy: at its rates). A run with `train.steps: 0` so
     measures a start for `cotrain study --worlds` at the cost of the samples alone."""
-    split, ekw = cfg.eval.splits[0], eval_kwargs(cfg)
+    split, ekw = cfg.eval.splits[0], cfg.eval_settings()
     if split not in task.splits:
         return {}
 
@@ -459,7 +458,7 @@ def final_verifier_results(cfg: RunConfig, session: Session, task, generator: tu
     `verifier_warmup`): on the final generator's samples of the first eval split, and on its held-out
     injected errors."""
     (model, tokenizer), (ver, vtok) = generator, verifier
-    v, ekw = cfg.verifier, eval_kwargs(cfg)
+    v, ekw = cfg.verifier, cfg.eval_settings()
     warm, wtok = load_model(session.run_dir / "warmup" / "verifier")
     warm.to(next(ver.parameters()).device).eval()
     ver.eval()
