@@ -321,3 +321,35 @@ def test_few_functions_below_the_recipes_take_the_whole_config():
     assert len(takers) <= WHOLE_CONFIG_LIMIT, (
         f"{len(takers)} functions take the whole run config (at most {WHOLE_CONFIG_LIMIT}): pass the section or "
         "the values a function reads")
+
+
+# ---------------------------------------------------------------- the config files of docs/reference.md
+
+
+def config_list_problems(doc_text: str, shipped: list[str]) -> list[str]:
+    """What disagrees between the `## Config files` section of docs/reference.md and the shipped YAML files
+    (`configs/...` paths): one listed twice, one not listed, one listed that does not exist."""
+    section = doc_text.split("\n## Config files\n", 1)
+    if len(section) != 2:
+        return ["no '## Config files' section"]
+    body = section[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `(configs/[^`]+\.yaml)` \|", body, flags=re.M)
+    problems = [f"{p} listed twice" for p in sorted({p for p in listed if listed.count(p) > 1})]
+    problems += [f"{p} not listed" for p in sorted(set(shipped) - set(listed))]
+    problems += [f"{p} listed but not shipped" for p in sorted(set(listed) - set(shipped))]
+    return problems
+
+
+def test_config_list_checker_finds_a_missing_a_stale_and_a_doubled_file():
+    doc = "\n## Config files\n\n| `configs/a.yaml` | A |\n| `configs/a.yaml` | A |\n| `configs/old.yaml` | gone |\n\n## Tasks\n"
+    assert config_list_problems(doc, ["configs/a.yaml", "configs/real/b.yaml"]) == [
+        "configs/a.yaml listed twice", "configs/real/b.yaml not listed", "configs/old.yaml listed but not shipped"]
+    assert config_list_problems("# no section", []) == ["no '## Config files' section"]
+
+
+def test_the_config_files_in_docs_are_every_shipped_config_once():
+    """docs/reference.md's `## Config files` and configs/ agree: a config added, moved or removed without
+    its line in the reference fails here."""
+    shipped = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "configs").rglob("*.yaml"))
+    problems = config_list_problems(LAYOUT_DOC.read_text(encoding="utf-8"), shipped)
+    assert not problems, "docs/reference.md, ## Config files: " + "; ".join(problems)
