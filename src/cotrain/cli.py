@@ -331,7 +331,7 @@ def cmd_demo(args) -> int:
                       f"({right} right, {m['n'] - right} wrong): balanced accuracy {m['balanced_accuracy']:.3f}")
     for rel in [] if args.from_scratch else spec["starts"]["studies"]:  # what the lab measured from these starts
         study = _repo_path(rel)
-        lines = [line for arm in ("tango", "tango_auto") for line in (documented(study, arm, steps) if study else [])]
+        lines = [line for arm in spec["starts"]["documented"] for line in (documented(study, arm, steps) if study else [])]
         if lines:
             print(f"\ndocumented ({rel}, every seed from these starts, `cotrain study {rel}`):")
             for line in lines:
@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=cmd_report)
 
     k = sub.add_parser("keys", help="every config key with its default and description: cotrain keys [SECTION]")
-    k.add_argument("section", nargs="?", help="one section, e.g. grpo, verifier, tango (default: all)")
+    k.add_argument("section", nargs="?", help="one section, e.g. grpo, verifier, cotraining (default: all)")
     k.set_defaults(fn=cmd_keys)
     return p
 
