@@ -206,6 +206,7 @@ def test_demo_without_its_starts_says_how_to_make_them(tmp_path, monkeypatch, ca
     assert len(err) == 1 and "no/such/start" in err[0] and "--from-scratch" in err[0]
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_demo_from_scratch_makes_its_starts(tmp_path, monkeypatch, capsys):
     """`--from-scratch` runs SFT, then the verifier's warm-up (a tango run without generator steps), then
     the arms from the checkpoints the spec names in that directory; the committed study is not quoted."""

@@ -258,6 +258,7 @@ def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_cure_two_models_keep_each_role_on_its_own_model(tmp_path):
     """cure.two_models: the tester's warm-up and updates touch the tester alone. With no RL steps, one shared
     model leaves the warm-up changed, while with two the coder ends exactly as it started and the tester,

@@ -128,6 +128,7 @@ def test_paths_that_are_not_gguf_pass_through():
 # ---------------------------------------------------------------------- recipes on the real model
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_grpo_step_on_smollm2(smollm2_dir, tmp_path):
     """One GRPO step of 2 prompts x 2 samples through the recipe: finite metrics, an evaluation with its
     interval and format rate, and weights that move exactly when a group trained."""

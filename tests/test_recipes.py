@@ -30,6 +30,7 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_sft_learns_the_easy_world(tmp_path):
     """300 SFT steps take the nano model from 0 to clearly above chance on 1-2-step sums (the run behind
     the stored start checkpoint of conftest.py)."""

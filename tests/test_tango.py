@@ -216,6 +216,7 @@ def test_verifying_a_share_verifies_the_least_sure_distinct_samples_alone(sft_ru
             assert part[i].final is None and part[i].steps == [] and part[i].format == 0.0
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_compiled_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path, monkeypatch):
     """`rollout.compile` and `verifier.compile` change only how sampling runs: the golden run with
     compiled rollouts, verifications and verifier RL rollouts gives the golden metrics (the "eager"
