@@ -831,8 +831,8 @@ def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_step
     """Worked by hand: `x` and a unit word after a number are read ("5 sheets x 9 stickers = 45"), a chain is
     its steps left to right with the true value between them (7 + 5 - 3 = 9: 7 + 5 = 12, 12 - 3 = 9), a
     decimal or a number glued to a word is not an operand; a false chain is an arithmetic fault at its end
-    only; completeness counts equations (two on a line: two steps; prose: none), and the early-stop share
-    follows it."""
+    only; completeness counts lines or equations, whichever is more (two equations on a line: two steps;
+    a line in words: one), so that only a solution that stops early falls short."""
     import time
 
     from cotrain.tasks.base import Problem
@@ -855,12 +855,15 @@ def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_step
     assert task.step_kinds(problem, ["5 + 3 - 1 = 7"]) == [None]
     assert task.step_kinds(problem, ["5 + 3 - 1 = 6"]) == ["arithmetic"]
     assert task.step_kinds(problem, ["5 pencils x 3 = 15"]) == ["operation"]
-    texts = ["Mia has 5 + 3 = 8 pencils. She gives away 1, so 8 - 1 = 7.\n#### 7",  # one line, two steps
+    texts = ["Mia has 5 + 3 = 8 pencils. She gives away 1, so 8 - 1 = 7.\n#### 7",  # one line, two equations
              "She has 5 + 3 - 1 = 7 pencils.\n#### 7",                              # a chain: two steps
-             "Mia has 5 + 3 = 8 pencils.\nShe then gives one away.\n#### 7",        # prose is no step
-             "5 + 3 = 8\n8 - 1 = 7"]                                                # no ####: the last number
+             "Mia has 5 + 3 = 8 pencils.\nShe then gives one away: 7.\n#### 7",     # two lines, one in words
+             "5 + 3 = 8\n8 - 1 = 7",                                                # no ####: the last number
+             "Mia has 5 + 3 = 8 pencils.\n#### 8",                                  # stops after one step
+             "Mia has 5 + 3 = 8 pencils.\nShe is happy."]                           # no number after: answer 8
     assert task.count_steps(["Mia has 5 + 3 = 8 pencils. So 8 - 1 = 7.", "Then she smiles."]) == 2
-    assert complete_solutions(task, [problem] * 4, texts) == [True, True, False, True]
+    assert complete_solutions(task, [problem] * 6, texts) == [True, True, True, True, False, True]
+    assert complete_solutions(task, [problem], ["Mia is happy."]) == [False]  # no answer at all
 
 
 def test_wordproblems_corrupt_injects_a_wrong_result_at_the_step_asked_and_labels_find_it():

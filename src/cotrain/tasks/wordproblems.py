@@ -275,8 +275,8 @@ class WordProblemsTask:
 
     def count_steps(self, steps: tuple[str, ...] | list[str]) -> int:
         """The steps of work a solution's lines show: the equations they state (`stated_equations`; two on
-        one line are two steps, a chain of three terms is two, prose none). What `gen/early_stop` and
-        `cotraining.credit: final` hold against the problem's own number of steps."""
+        one line are two steps, a chain of three terms is two, prose none). `complete_solutions` takes this
+        or the number of lines, whichever is more, against the problem's own number of steps."""
         return sum(len(stated_equations(step)) for step in steps)
 
     def step_labels(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[bool]:

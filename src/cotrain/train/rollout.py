@@ -112,10 +112,14 @@ def reward_metrics(role: str, rewards: torch.Tensor, group_size: int) -> dict[st
 
 def complete_solutions(task, problems: list, texts: list[str]) -> list[bool]:
     """Whether each sample states an answer and shows at least as many steps as its problem's reference
-    solution: its lines before the answer (`roles.verifier.split_steps`), or the steps of work they show
-    where the task counts them (`count_steps`: wordproblems counts equations, so two on one line are two
-    steps and a line of prose none). `gen/early_stop` is the share that do not, and `cotraining.credit: final`
-    rejects them where the answer should be."""
+    solution: its lines before the answer (`roles.verifier.split_steps`), or, where the task counts the
+    steps of work they show (`count_steps`: wordproblems counts equations), whichever of the two is larger,
+    so that neither two equations on one line nor a step written in words reads as a step left out, while
+    a solution that stops after its first result does. `gen/early_stop` is the share that do not, and
+    `cotraining.credit: final` rejects them where the answer should be."""
     count = getattr(task, "count_steps", len)
-    return [task.extract_answer(t) is not None and count([line for _, line in split_steps(t)]) >= len(p.steps)
-            for p, t in zip(problems, texts, strict=True)]
+    out = []
+    for p, t in zip(problems, texts, strict=True):
+        lines = [line for _, line in split_steps(t)]
+        out.append(task.extract_answer(t) is not None and max(len(lines), count(lines)) >= len(p.steps))
+    return out
