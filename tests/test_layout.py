@@ -353,3 +353,36 @@ def test_the_config_files_in_docs_are_every_shipped_config_once():
     shipped = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "configs").rglob("*.yaml"))
     problems = config_list_problems(LAYOUT_DOC.read_text(encoding="utf-8"), shipped)
     assert not problems, "docs/reference.md, ## Config files: " + "; ".join(problems)
+
+
+RECIPE_LITERAL_LIMIT = 13
+"""String literals naming a recipe outside recipes/, registry.py and config.py: the number may only fall
+(the aim is 5; a study's arm roles and the demo's comparison come from their own files)."""
+
+
+def recipe_literals() -> list[str]:
+    """`module:line 'name'` of each string constant (docstrings aside) equal to a registered recipe's name,
+    outside recipes/, registry.py and config.py."""
+    from cotrain.registry import RECIPES
+
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).as_posix()
+        if "/recipes/" in rel or rel.endswith(("/registry.py", "/config.py")):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        out += [f"{rel}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in RECIPES
+                and id(node) not in docstrings]
+    return sorted(out)
+
+
+def test_few_recipe_names_are_written_outside_the_recipes():
+    found = recipe_literals()
+    print(f"{len(found)} recipe names written outside recipes/, registry.py and config.py:\n  " + "\n  ".join(found))
+    assert len(found) <= RECIPE_LITERAL_LIMIT, (
+        f"{len(found)} recipe names outside recipes/, registry.py and config.py (at most {RECIPE_LITERAL_LIMIT}): "
+        "declare what a recipe is in registry.py (its Recipe entry), or read it from the file that names it")

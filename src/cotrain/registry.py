@@ -29,14 +29,15 @@ class Recipe:
     summary: str | None = None  # a variant's own line (else the first line of its file's docstring)
     labels: str = "outcomes"    # the labels its training reads (the comparison tables' column)
     step_verdicts: bool = False  # its generator's process reward reads step verdicts (verifier.source can stand in)
+    control: bool = False       # it trains one model on labels alone: a study's control, never a co-training arm
 
 
 CO_TRAINING = ("generator", "verifier")
 SELF_PLAY = ("proposer", "solver", "judge")  # the solver is the generator; one model may play all three
 
 RECIPES: dict[str, Recipe] = {
-    "sft": Recipe("sft", labels="reference solutions"),
-    "grpo": Recipe("grpo", vllm=True),
+    "sft": Recipe("sft", labels="reference solutions", control=True),
+    "grpo": Recipe("grpo", vllm=True, control=True),
     "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels",
                     step_verdicts=True),
     "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(

@@ -28,7 +28,6 @@ from cotrain.stats import POINTS, Criterion, auto_criteria, mean_ci95, paired_di
 BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
 SAMPLED = "tokens/gen_generated_total"  # the tokens the generator sampled: "samples drawn", in tokens
-SINGLE_MODEL = ("grpo", "sft")  # recipes that train one model on labels alone: controls, not co-training
 AUTO, SCHEDULE = "tango_auto", "tango"  # `cotraining.alpha: auto` and the paper's schedule, read by auto_criteria
 
 
@@ -284,7 +283,7 @@ def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) 
     out = []
     for arm, runs in arms.items():
         d_test = _vs_baseline(arms, arm, "test")
-        single = all(r.recipe in SINGLE_MODEL for r in runs.values())  # grpo_long, grpo_g16, sft: baselines
+        single = all(r.recipe in RECIPES and RECIPES[r.recipe].control for r in runs.values())  # grpo_long, sft: controls
         if d_test is None or arm == LABELFREE or single:  # the criteria compare co-training with grpo
             continue
         test = _finals(runs, "test")
