@@ -113,7 +113,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ warm-up (step 0: RL on pseudo-labels, if any)
     if not warmed:
-        warm_up(cfg, session, roles, task, pool, ver_rl, eval_verifier)
+        warm_up(session, roles, task, pool, ver_rl, eval_verifier)
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
@@ -145,7 +145,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         timer.lap("reward")
 
         # -------------------------------------------------------------- generator update
-        st = generator_update(cfg, model, opt, sched, ro, advantages, sampler=sampler,
+        st = generator_update(cfg.grpo, cfg.train, model, opt, sched, ro, advantages, sampler=sampler,
                               ref_model=ref_model if g.beta > 0 else None, lr_scale=safeguard.step_scale(step, timer))
         trained = st["tokens_trained"] + st["prompt_tokens_trained"]
         compute.add("gen", trained=trained)
@@ -186,7 +186,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, **ver_rl.state(), **safeguard.state()})
 
     # ------------------------------------------------------------------ final evaluation
-    results = final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout)
+    results = final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout)
     results["compute"] = compute.summary()
     return finish(session, model, tokenizer, task, cfg.train.steps, other_models={"verifier": (verifier, vtok)},
                   other_results=results)

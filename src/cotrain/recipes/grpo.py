@@ -81,7 +81,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         timer.lap("reward")
 
         # -------------------------------------------------------------- loss and update
-        stats = generator_update(cfg, model, opt, sched, ro, advantages, sampler=sampler, ref_model=ref_model)
+        stats = generator_update(cfg.grpo, cfg.train, model, opt, sched, ro, advantages, sampler=sampler, ref_model=ref_model)
         trained = stats["tokens_trained"] + stats["prompt_tokens_trained"]
         compute.add("gen", trained=trained)
         timer.lap("update", trained)

@@ -130,7 +130,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         if p.norm == "batch_norm":
             r = normalise_process_rewards(r, mask)
         advantages, _ = prime_advantages(r, rewards, mask, g.group_size, p.prm_coef, p.gt_coef)   # [B*G, T]
-        stats = generator_update(cfg, model, opt, sched, ro, advantages, sampler=sampler)
+        stats = generator_update(cfg.grpo, cfg.train, model, opt, sched, ro, advantages, sampler=sampler)
         trained = stats["tokens_trained"] + stats["prompt_tokens_trained"]
         compute.add("gen", trained=trained)
         timer.lap("update", trained)

@@ -147,7 +147,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ warm-up (step 0)
     if not warmed:
-        warm_up(cfg, session, roles, task, pool, ver_rl, eval_verifier)
+        warm_up(session, roles, task, pool, ver_rl, eval_verifier)
 
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     eval_at_start(session, model, tokenizer, task)
@@ -187,7 +187,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         timer.lap("reward")
 
         # -------------------------------------------------------------- generator update
-        st = generator_update(cfg, model, opt, sched, ro, advantages, sampler=sampler, ref_model=ref_model)
+        st = generator_update(cfg.grpo, cfg.train, model, opt, sched, ro, advantages, sampler=sampler, ref_model=ref_model)
         trained = st["tokens_trained"] + st["prompt_tokens_trained"]
         compute.add("gen", trained=trained)
         timer.lap("update", trained)
@@ -230,7 +230,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ final evaluation
     results = (oracle_results(cfg, task, (model, tokenizer)) if oracle else
-               final_verifier_results(cfg, session, task, (model, tokenizer), (verifier, vtok), heldout))
+               final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout))
     results["compute"] = compute.summary()
     return finish(session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models=None if oracle else {"verifier": (verifier, vtok)})

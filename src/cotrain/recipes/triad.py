@@ -113,7 +113,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ proposer warm-up (step 0, no answers)
     if not warmed and sp.proposer_warmup_steps:
-        proposer_warm_up(cfg, session, m, seeds, compute, older, state())
+        proposer_warm_up(session, m, seeds, compute, older, state())
 
     eval_at_start(session, solver, tok, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):

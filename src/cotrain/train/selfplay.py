@@ -187,10 +187,11 @@ def proposer_metrics(task, props: Proposals, rewards: torch.Tensor, stats: dict,
             **{f"prop/{k}": x for k, x in stats.items() if "tokens" not in k}, **solvable}
 
 
-def proposer_warm_up(cfg: RunConfig, session: Session, m: SelfPlayModels, seeds: list[str], compute: Compute,
+def proposer_warm_up(session: Session, m: SelfPlayModels, seeds: list[str], compute: Compute,
                      older, extra: dict) -> None:
     """Step 0: the proposer's SFT warm-up; with one shared model the solver's start copy follows it
     (and is saved for resume). Checkpointed before its row is logged."""
+    cfg = session.cfg
     metrics = warmup_proposer(cfg, *m.proposer, seeds, compute)
     if cfg.selfplay.shared_model and older is not None:
         older.load_state_dict(m.solver[0].state_dict())

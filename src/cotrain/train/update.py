@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from cotrain import dist
-from cotrain.config import GrpoConfig, RunConfig
+from cotrain.config import GrpoConfig, TrainConfig
 from cotrain.models.generate import Rollout, completion_logprobs, group_logprobs, left_pad, right_pad
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.rl.losses import contributing_groups, grpo_loss, importance_stats, truncated_importance_weights
@@ -199,18 +199,18 @@ def _backward(model, ro: Rollout, advantages, mask, g: GrpoConfig, chunks: list[
     return {"loss": sums[0], **{key: sums[1 + i] / tokens for i, key in enumerate(keys)}}
 
 
-def generator_update(cfg: RunConfig, model, opt, sched, ro: Rollout, advantages: torch.Tensor, *, sampler,
-                     ref_model=None, lr_scale: float = 1.0) -> dict[str, float]:
-    """The generator's step on its rollouts (`policy_update` with the run's settings): truncated samples
-    left out of the loss when `grpo.mask_truncated`, the rollout engine told the weights changed
-    (`train.rollout.Sampler`), the schedule stepped; the learning rate
-    times `lr_scale` for this step alone."""
+def generator_update(g: GrpoConfig, t: TrainConfig, model, opt, sched, ro: Rollout, advantages: torch.Tensor, *,
+                     sampler, ref_model=None, lr_scale: float = 1.0) -> dict[str, float]:
+    """The generator's step on its rollouts (`policy_update` with the run's `grpo` and `train` settings):
+    truncated samples left out of the loss when `grpo.mask_truncated`, the rollout engine told the weights
+    changed (`train.rollout.Sampler`), the schedule stepped; the learning rate times `lr_scale` for this
+    step alone."""
     mask = ro.completion_mask.clone()                                                  # [B*G, T]
-    if cfg.grpo.mask_truncated:
+    if g.mask_truncated:
         mask[ro.truncated] = 0
-    st = policy_update(model, opt, ro, advantages, mask, cfg.grpo, max_grad_norm=cfg.train.max_grad_norm,
-                       bf16=cfg.train.bf16, ref_model=ref_model, micro_batch_size=cfg.train.micro_batch_size,
-                       tis_cap=sampler.tis_cap, lr_scale=lr_scale)
+    st = policy_update(model, opt, ro, advantages, mask, g, max_grad_norm=t.max_grad_norm, bf16=t.bf16,
+                       ref_model=ref_model, micro_batch_size=t.micro_batch_size, tis_cap=sampler.tis_cap,
+                       lr_scale=lr_scale)
     sched.step()
     sampler.after_update(model)
     return st

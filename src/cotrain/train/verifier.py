@@ -309,12 +309,13 @@ class VerifierRL:
 # ---------------------------------------------------------------------- warm-up (step 0)
 
 
-def warm_up(cfg: RunConfig, session: Session, roles: dict, task, pool: list, ver_rl: VerifierRL,
+def warm_up(session: Session, roles: dict, task, pool: list, ver_rl: VerifierRL,
             eval_verifier: Callable[[], dict]) -> None:
     """Step 0: the verifier's SFT warm-up (`warmup_verifier`), then `verifier.warmup_rl_steps` RL steps,
     each followed by the held-out evaluation; the warmed-up verifier is kept in `warmup/verifier` for
     the final comparison, and the run is checkpointed before the row is logged (a run killed in
     between resumes after the warm-up without its row, never with the row twice)."""
+    cfg = session.cfg
     t0 = time.time()
     (model, tokenizer), (verifier, vtok, _, _) = ver_rl.generator, ver_rl.verifier
     metrics = warmup_verifier(cfg, task, pool, model, tokenizer, verifier, vtok, ver_rl.compute)
@@ -452,11 +453,12 @@ def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
     return {name: {split: m} for name, m in scored.items()}
 
 
-def final_verifier_results(cfg: RunConfig, session: Session, task, generator: tuple, verifier: tuple,
+def final_verifier_results(session: Session, task, generator: tuple, verifier: tuple,
                            heldout: list) -> dict:
     """The trained and the warmed-up verifier side by side (eval.json entries `verifier` and
     `verifier_warmup`): on the final generator's samples of the first eval split, and on its held-out
     injected errors."""
+    cfg = session.cfg
     (model, tokenizer), (ver, vtok) = generator, verifier
     v, ekw = cfg.verifier, cfg.eval_settings()
     warm, wtok = load_model(session.run_dir / "warmup" / "verifier")
