@@ -91,7 +91,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
     m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
-    seeds, truth = seed_questions(cfg, task)     # truth: for the gt/ metrics alone
+    seeds, truth = seed_questions(task, cfg.seed, cfg.selfplay.seed_questions)  # truth: for the gt/ metrics alone
     truth_of = truth_lookup(task, truth)
     add_optimizers(cfg, m)
     older = solver_start(cfg, run_dir, resume) if g.beta > 0 or cfg.safeguard.measures_kl else None  # the KL's reference

@@ -109,10 +109,10 @@ def start_path(run_dir) -> Path:
     return Path(run_dir) / "warmup" / "start"
 
 
-def seed_questions(cfg: RunConfig, task) -> tuple[list[str], dict]:
-    """The train split's questions with their answers hidden (`blind`), and {question: problem} of
-    their ground truth, which only the gt/ metrics read."""
-    labelled, _ = training_pool(task, cfg.seed, cfg.selfplay.seed_questions)
+def seed_questions(task, seed: int, n: int | None) -> tuple[list[str], dict]:
+    """`n` questions of the train split (`selfplay.seed_questions`) with their answers hidden (`blind`), and
+    {question: problem} of their ground truth, which only the gt/ metrics read."""
+    labelled, _ = training_pool(task, seed, n)
     return [p.question for p in blind(labelled)], {p.question: p for p in labelled}
 
 
