@@ -837,7 +837,7 @@ def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_step
 
     from cotrain.tasks.base import Problem
     from cotrain.tasks.wordproblems import WordProblemsTask, stated_equations
-    from cotrain.train.rollout import complete_solutions
+    from cotrain.train.rollout import complete_solutions, step_shape_metrics
 
     assert stated_equations("So 5 sheets x 9 stickers = 45, then 45 + 5 = 50.") == [(5, "*", 9, 45), (45, "+", 5, 50)]
     assert stated_equations("7 boxes * 3 pencils = 21 pencils") == [(7, "*", 3, 21)]
@@ -864,6 +864,9 @@ def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_step
     assert task.count_steps(["Mia has 5 + 3 = 8 pencils. So 8 - 1 = 7.", "Then she smiles."]) == 2
     assert complete_solutions(task, [problem] * 6, texts) == [True, True, True, True, False, True]
     assert complete_solutions(task, [problem], ["Mia is happy."]) == [False]  # no answer at all
+    # 1 + 1 + 2 + 2 + 1 + 2 = 9 lines before the answers, 2 of them computing nothing ("She then gives one
+    # away: 7." and "She is happy.")
+    assert step_shape_metrics(task, texts) == {"gen/step_lines": 9 / 6, "gen/steps_without_work": 2 / 9}
 
 
 def test_wordproblems_corrupt_injects_a_wrong_result_at_the_step_asked_and_labels_find_it():

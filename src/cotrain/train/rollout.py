@@ -123,3 +123,17 @@ def complete_solutions(task, problems: list, texts: list[str]) -> list[bool]:
         lines = [line for _, line in split_steps(t)]
         out.append(task.extract_answer(t) is not None and max(len(lines), count(lines)) >= len(p.steps))
     return out
+
+
+def step_shape_metrics(task, texts: list[str]) -> dict[str, float]:
+    """How the samples lay their solutions out: `gen/step_lines`, the mean number of lines before the
+    answer (`roles.verifier.split_steps`), and where the task counts the steps of work (`count_steps`)
+    `gen/steps_without_work`, the share of those lines that compute nothing: a restated fact, right by
+    the process labels, and under step rewards of ±1/K a way to pad a solution."""
+    lines = [[line for _, line in split_steps(t)] for t in texts]
+    out = {"gen/step_lines": sum(len(ls) for ls in lines) / max(len(lines), 1)}
+    count = getattr(task, "count_steps", None)
+    if count is not None:
+        flat = [line for ls in lines for line in ls]
+        out["gen/steps_without_work"] = sum(count([line]) == 0 for line in flat) / max(len(flat), 1)
+    return out
