@@ -297,15 +297,26 @@ fewer: a function below the recipes takes the section or the values it reads, an
 config for logging, checkpointing and evaluation)."""
 
 
+def library_trees(*skip: str):
+    """(`src/cotrain/...` path, parsed tree) of each module outside recipes/ and the files named in `skip`."""
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).as_posix()
+        if "/recipes/" not in rel and not rel.endswith(skip):
+            yield rel, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def hold_count(found: list[str], limit: int, what: str, remedy: str) -> None:
+    """Print `found` and fail when there are more than `limit` of them: a number that may only fall."""
+    print(f"{len(found)} {what}:\n  " + "\n  ".join(found))
+    assert len(found) <= limit, f"{len(found)} {what} (at most {limit}): {remedy}"
+
+
 def whole_config_takers() -> list[str]:
     """`module:line name` of each function outside recipes/ with a parameter annotated `RunConfig`, or an
     unannotated one named `cfg`."""
     out = []
-    for path in sorted(SRC.rglob("*.py")):
-        rel = path.relative_to(SRC.parent).as_posix()
-        if "/recipes/" in rel:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for rel, tree in library_trees():
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
                     annotation = ast.unparse(a.annotation) if a.annotation else ""
@@ -316,11 +327,8 @@ def whole_config_takers() -> list[str]:
 
 
 def test_few_functions_below_the_recipes_take_the_whole_config():
-    takers = whole_config_takers()
-    print(f"{len(takers)} functions outside recipes/ take the whole run config:\n  " + "\n  ".join(takers))
-    assert len(takers) <= WHOLE_CONFIG_LIMIT, (
-        f"{len(takers)} functions take the whole run config (at most {WHOLE_CONFIG_LIMIT}): pass the section or "
-        "the values a function reads")
+    hold_count(whole_config_takers(), WHOLE_CONFIG_LIMIT, "functions outside recipes/ take the whole run config",
+               "pass the section or the values a function reads")
 
 
 # ---------------------------------------------------------------- the config files of docs/reference.md
@@ -366,11 +374,7 @@ def recipe_literals() -> list[str]:
     from cotrain.registry import RECIPES
 
     out = []
-    for path in sorted(SRC.rglob("*.py")):
-        rel = path.relative_to(SRC.parent).as_posix()
-        if "/recipes/" in rel or rel.endswith(("/registry.py", "/config.py")):
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for rel, tree in library_trees("/registry.py", "/config.py"):
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                       and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
@@ -381,8 +385,5 @@ def recipe_literals() -> list[str]:
 
 
 def test_few_recipe_names_are_written_outside_the_recipes():
-    found = recipe_literals()
-    print(f"{len(found)} recipe names written outside recipes/, registry.py and config.py:\n  " + "\n  ".join(found))
-    assert len(found) <= RECIPE_LITERAL_LIMIT, (
-        f"{len(found)} recipe names outside recipes/, registry.py and config.py (at most {RECIPE_LITERAL_LIMIT}): "
-        "declare what a recipe is in registry.py (its Recipe entry), or read it from the file that names it")
+    hold_count(recipe_literals(), RECIPE_LITERAL_LIMIT, "recipe names written outside recipes/, registry.py and config.py",
+               "declare what a recipe is in registry.py (its Recipe entry), or read it from the file that names it")
