@@ -23,6 +23,10 @@ appends one JSON line to `--out` and prints one row: phase, PASS / FAIL / SKIP /
   compiled      decoding through torch.compile with a static KV cache: greedy tokens against the plain loop
   offload_1.5b  update_1.5b with AdamW's moments in host memory between steps (train.offload_optimizer):
                 the moments on the host after each step, the gap widening, the peak against update_1.5b's
+  recipes       the recipes through the CLI on the device: `cotrain demo` (GRPO and RL Tango from the
+                committed sparse-world starts, rewards varying, so both models take optimizer steps), a tango
+                run SIGKILLed after its step-2 checkpoint and resumed, each other recipe's smoke config for
+                2 steps; every run's env.json must name the device
 
   python bench/gpu_smoke.py                  # on a CUDA machine; --deadline 480 (seconds) by default
   python bench/gpu_smoke.py --cpu-dry-run    # every phase at nano shapes on the CPU (make test runs it)
@@ -58,7 +62,7 @@ SIZES = {"gpu": {"prompts": 4, "group": 4, "prompt_len": 128, "completion_len": 
          "dry": {"prompts": 2, "group": 2, "prompt_len": 8, "completion_len": 8, "micro_batch": 2}}
 DECODE_ROWS = {"gpu": (16, 128), "dry": (2, 4)}
 MIN_SECONDS = {"versions": 1, "update_0.5b": 60, "update_1.5b": 120, "decode": 45, "checkpoint": 20, "lora": 30,
-               "vllm": 90, "compiled": 60, "offload_1.5b": 120}
+               "vllm": 90, "compiled": 60, "offload_1.5b": 120, "recipes": 120}
 """A phase starts only with this much of the deadline left (the dry run divides by 30)."""
 
 
@@ -373,6 +377,110 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
+RECIPE_STEPS = {"gpu": 6, "dry": 1}
+"""Generator steps of each demo arm (and of the killed-then-resumed tango run: 4 on a GPU, 2 dry)."""
+
+
+def _on(devices: list[str], kind: str) -> bool:
+    """Whether every device of a run's env.json is of this kind ('cuda:0' is cuda)."""
+    return bool(devices) and all(d.partition(":")[0] == kind for d in devices)
+
+
+def _cotrain(args: list[str]) -> int:
+    """`cotrain ARGS` in this process (the CLI's own error handling: 0, or 2 with one line)."""
+    from cotrain.cli import main as cli
+
+    return cli(args)
+
+
+def _arm_figures(run: Path) -> dict:
+    """A finished run's record: its devices, steps, tokens trained and mean step time, and pass@1."""
+    env = json.loads((run / "env.json").read_text())
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "time/step" in r]
+    done = json.loads((run / "eval.json").read_text())
+    trained = {k.removeprefix("tokens/").removesuffix("_trained_total"): v for k, v in steps[-1].items()
+               if k.startswith("tokens/") and k.endswith("_trained_total")} if steps else {}
+    return {"devices": env["precision"]["devices"], "steps": len(steps), "tokens_trained": trained,
+            "step_s": round(sum(r["time/step"] for r in steps[1:]) / max(len(steps) - 1, 1), 3),
+            "test_pass@1": done["generator"]["test"].get("pass@1")}
+
+
+def phase_recipes(ctx: dict) -> dict:
+    """The recipes themselves on the device, through the CLI: `cotrain demo` (GRPO and RL Tango from the
+    committed sparse-world starts, so that rewards vary and both models take real optimizer steps); a tango
+    run SIGKILLed after its step-2 checkpoint and resumed to its end; then each recipe's smoke config for 2
+    steps, as many as the deadline allows. The models' devices are read back from each run's env.json."""
+    import os
+    import signal
+    import subprocess
+
+    device, mode, out = ctx["device"], ctx["mode"], ctx["out"] / "recipes"
+    steps = RECIPE_STEPS[mode]
+    small = [f"eval.n={64 if mode == 'gpu' else 8}", f"eval.n_during={64 if mode == 'gpu' else 8}", "eval.k=0",
+             "eval.n_sampled=16", "eval.splits=[test]", "eval.every=0", "eval.at_start=false", "cotraining.eval_n=32",
+             "log.progress=false", "log.plots=false", "log.tensorboard=false"]
+    figures: dict = {}
+    t0 = time.monotonic()
+    code = _cotrain(["demo", "--out", str(out / "demo"), f"train.steps={steps}", "checkpoint.every=0", *small])
+    assert code == 0, f"cotrain demo ended with exit code {code}"
+    for arm in ("grpo", "tango"):
+        arm_fig = _arm_figures(out / "demo" / arm)
+        assert _on(arm_fig["devices"], device), f"demo {arm} ran on {arm_fig['devices']}, not {device}"
+        assert arm_fig["tokens_trained"].get("gen", 0) > 0, f"demo {arm}: the generator trained no token in {steps} steps"
+        figures[f"demo_{arm}"] = arm_fig
+    if mode == "gpu":  # 6 steps of tango's 3:1 schedule hold verifier steps
+        assert figures["demo_tango"]["tokens_trained"].get("ver", 0) > 0, "demo tango: the verifier trained no token"
+    figures["demo_s"] = round(time.monotonic() - t0, 1)
+
+    # kill after the step-2 checkpoint, resume to the end
+    t0 = time.monotonic()
+    kill_steps = 4 if mode == "gpu" else 2
+    run = out / "killed"
+    starts = REPO / "results" / "sparse" / "starts"
+    args = ["run", str(REPO / "configs" / "sparse" / "tango.yaml"), f"init={starts / 'sft' / 'generator'}",
+            f"verifier.init={starts / 'warm' / 'verifier'}", "verifier.warmup_sft_steps=0",
+            f"train.steps={kill_steps}", "checkpoint.every=1", *small, "--out", str(run)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    victim = subprocess.Popen([sys.executable, "-m", "cotrain", *args], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while not (run / "checkpoints" / "step_2").is_dir():
+        assert victim.poll() is None, f"the run to kill ended first: {victim.stderr.read().decode()[-300:]}"
+        assert time.monotonic() < ctx["deadline"], "no step-2 checkpoint before the deadline"
+        time.sleep(0.2)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert _cotrain([*args, "--resume"]) == 0, "the resumed run failed"
+    resumed = _arm_figures(run)
+    assert _on(resumed["devices"], device) and resumed["steps"] == kill_steps, resumed
+    figures["killed_then_resumed"] = {**resumed, "seconds": round(time.monotonic() - t0, 1)}
+
+    # every other recipe's smoke config, 2 steps each, while the deadline allows
+    import shutil
+
+    smoke = {}
+    for path in sorted((REPO / "configs").glob("*_smoke.yaml")):
+        name = path.stem.removesuffix("_smoke")
+        if name == "tango" or mode == "dry":  # tango ran above; the dry run stops at the demo and the kill
+            continue
+        if name.startswith("cure") and shutil.which("bwrap") is None:
+            smoke[name] = "SKIP (no bubblewrap: the sandbox runs no program)"
+            continue
+        if time.monotonic() + 30 > ctx["deadline"]:
+            smoke[name] = "SKIP (deadline)"
+            continue
+        t1 = time.monotonic()
+        code = _cotrain(["run", str(path), "train.steps=2", "checkpoint.every=0", *small, "--out", str(out / name)])
+        devices = json.loads((out / name / "env.json").read_text())["precision"]["devices"] if code == 0 else None
+        smoke[name] = f"{'PASS' if code == 0 and _on(devices, device) else 'FAIL'} {time.monotonic() - t1:.0f} s" + (
+            f" on {devices}" if code == 0 else f" (exit {code})")
+    if smoke:
+        figures["smoke"] = smoke
+    failed = [n for n, v in smoke.items() if v.startswith("FAIL")]
+    assert not failed, f"smoke configs failed: {failed} ({smoke})"
+    return figures
+
+
 def _reset_peak(device) -> None:
     import torch
 
@@ -407,7 +515,7 @@ class Models(dict):
 PHASES = {"versions": phase_versions, "update_0.5b": lambda ctx: phase_update(ctx, "small"),
           "update_1.5b": lambda ctx: phase_update(ctx, "large"), "decode": phase_decode,
           "checkpoint": phase_checkpoint, "lora": phase_lora, "vllm": phase_vllm, "compiled": phase_compiled,
-          "offload_1.5b": lambda ctx: phase_update(ctx, "large", offload=True)}
+          "offload_1.5b": lambda ctx: phase_update(ctx, "large", offload=True), "recipes": phase_recipes}
 
 
 def run_phase(name: str, ctx: dict, deadline: float) -> dict:
@@ -457,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / "rows.jsonl"
 
-    ctx = {"mode": "dry" if dry else "gpu", "device": "cpu" if dry else "cuda", "bf16": not dry, "out": out,
+    ctx = {"mode": "dry" if dry else "gpu", "device": "cpu" if dry else "cuda", "bf16": not dry, "out": out, "deadline": deadline,
            "models": Models(out, NANO if dry else QWEN05, NANO if dry else QWEN15)}
     print(f"gpu_smoke: {'CPU dry run at nano shapes' if dry else 'Qwen2.5 0.5B and 1.5B shapes'} (each built here on "
           f"first use: random weights, an offline BPE); deadline {args.deadline:.0f} s", flush=True)

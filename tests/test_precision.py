@@ -124,12 +124,12 @@ def test_gpu_check_dry_run(tmp_path, cases):
 
 DRY_PHASES = "versions,update_0.5b,update_1.5b,decode,checkpoint,lora,vllm,offload_1.5b"
 """`bench/gpu_smoke.py --cpu-dry-run` in `make test`: every phase but `compiled`, whose first torch.compile
-call costs a minute or more on a 2-core CPU (`make test-heavy` runs it; tests/test_models.py checks compiled
-decoding itself)."""
+call costs a minute or more on a 2-core CPU, and `recipes` (a demo, a killed-then-resumed run: about a
+minute); `make test-heavy` runs both (tests/test_models.py checks compiled decoding itself)."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phases", [DRY_PHASES, pytest.param(DRY_PHASES + ",compiled", marks=pytest.mark.heavy)],
+@pytest.mark.parametrize("phases", [DRY_PHASES, pytest.param(DRY_PHASES + ",compiled,recipes", marks=pytest.mark.heavy)],
                          ids=["make-test", "every-phase"])
 def test_gpu_smoke_dry_run(tmp_path, phases):
     """The GPU smoke check at nano shapes on the CPU, so that it cannot rot before a GPU comes: every phase
@@ -151,6 +151,10 @@ def test_gpu_smoke_dry_run(tmp_path, phases):
         on_host, resident = rows["offload_1.5b"]["figures"][role], rows["update_1.5b"]["figures"][role]
         assert on_host["gap_after"] == resident["gap_after"] and on_host["grad_norm"] == resident["grad_norm"]
     assert rows["decode"]["figures"]["compaction_equal"] == 1.0 and rows["lora"]["figures"]["max_logit_diff"] < 1e-4
+    if "recipes" in rows:  # both demo arms trained their generator; the killed run resumed to its last step
+        f = rows["recipes"]["figures"]
+        assert f["demo_grpo"]["tokens_trained"]["gen"] > 0 and f["demo_tango"]["tokens_trained"]["gen"] > 0, f
+        assert f["killed_then_resumed"]["steps"] == 2 and f["killed_then_resumed"]["devices"] == ["cpu"], f
     if not torch.cuda.is_available():
         bare = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_smoke.py")], capture_output=True, text=True,
                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
