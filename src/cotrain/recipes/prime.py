@@ -102,7 +102,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         forward, generated = rollout_tokens(ro)
         compute.add("gen", forward=forward, generated=generated)  # the samples filtered out count too
         problems = [q for q in drawn for _ in range(g.group_size)]
-        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))))  # [B'*G]
+        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))),
+                               device=ro.completion_mask.device)  # [B'*G], where the PRM's log-ratios are
         kept, passed = accuracy_filter(rewards.view(-1, g.group_size).mean(dim=1).tolist(),
                                        p.lower if p.filter else 0.0, p.upper if p.filter else 1.0, n_prompts)
         rows = [i * g.group_size + j for i in kept for j in range(g.group_size)]
