@@ -191,6 +191,15 @@ def test_demo_contract(tmp_path, capsys, monkeypatch):
         browser.quit()
     assert main(["demo", "--seed", "3", "--out", str(out), *DEMO_SMALL]) == 0
     assert "already finished" in capsys.readouterr().out
+    # a checkout that carries the starts but not the studies (a GPU machine's copy): the demo's own results
+    from cotrain import cli
+
+    spec = cli.demo_stages()
+    spec["starts"] = {**spec["starts"], "studies": ["results/sparse/starts", "no/such/study"]}
+    monkeypatch.setattr(cli, "demo_stages", lambda: spec)
+    assert main(["demo", "--seed", "3", "--out", str(out), *DEMO_SMALL]) == 0
+    printed = capsys.readouterr().out
+    assert "demo results" in printed and "documented (" not in printed
 
 
 def test_demo_without_its_starts_says_how_to_make_them(tmp_path, monkeypatch, capsys):

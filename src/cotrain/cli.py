@@ -230,6 +230,13 @@ def demo_stages() -> dict:
     return yaml.safe_load(resources.files("cotrain").joinpath("demo.yaml").read_text())
 
 
+def _study_path(rel: str) -> Path | None:
+    """A committed study of the demo's starts (`_repo_path`), None unless it holds a finished run: the demo
+    then prints its own results without the documented ones (a checkout carrying the starts alone)."""
+    path = _repo_path(rel)
+    return path if path is not None and any(path.glob("*/seed*/eval.json")) else None
+
+
 def _repo_path(rel: str) -> Path | None:
     """A path of the repository (the committed starts), from the working directory or from the checkout
     this package is installed from; None when neither has it (an installed wheel, elsewhere)."""
@@ -302,7 +309,7 @@ def cmd_demo(args) -> int:
     paths += plot_runs([out / n for n in names], out_dir=out)
     from cotrain.analysis.report import build_report
 
-    studies = [p for p in ([] if args.from_scratch else [_repo_path(r) for r in spec["starts"]["studies"][:1]]) if p]
+    studies = [p for p in ([] if args.from_scratch else [_study_path(r) for r in spec["starts"]["studies"][:1]]) if p]
     steps = yaml.safe_load((out / names[-1] / "config.yaml").read_text())["train"]["steps"]
     splits = [s for s in ("test", "ood") if any(s in r.get("generator", {}) for r in results.values())]
     n = max((r["generator"][s].get("n", 0) for r in results.values() for s in splits if s in r["generator"]), default=0)
@@ -310,7 +317,7 @@ def cmd_demo(args) -> int:
     base, arm = names[0], names[-1]  # the demo's baseline and its co-training arm, in the order demo.yaml runs them
     found = _demo_findings(out / arm, base, arm, acc, splits, n, steps, args.seed)
     headline = [line for rel in ([] if args.from_scratch else spec["starts"]["studies"][:1])
-                for line in (documented(_repo_path(rel), arm, steps) if _repo_path(rel) else [])]
+                for line in (documented(_study_path(rel), arm, steps) if _study_path(rel) else [])]
     paths.append(build_report([out / n for n in names] + studies, out / "report.html",
                               summary=(found + [f"documented over seeds ({spec['starts']['studies'][0]}): {line}"
                                                 for line in headline], out / "demo.png")))
@@ -330,7 +337,7 @@ def cmd_demo(args) -> int:
                 print(f"{name}'s verifier {when}, greedy verdicts on {m['n']} of the final generator's samples "
                       f"({right} right, {m['n'] - right} wrong): balanced accuracy {m['balanced_accuracy']:.3f}")
     for rel in [] if args.from_scratch else spec["starts"]["studies"]:  # what the lab measured from these starts
-        study = _repo_path(rel)
+        study = _study_path(rel)
         lines = [line for arm in spec["starts"]["documented"] for line in (documented(study, arm, steps) if study else [])]
         if lines:
             print(f"\ndocumented ({rel}, every seed from these starts, `cotrain study {rel}`):")
