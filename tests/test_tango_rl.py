@@ -8,6 +8,7 @@ from cotrain.rl.tango import (
     alpha_at,
     class_weights,
     final_step_rewards,
+    first_error_advantages,
     flip_verdicts,
     generator_rewards,
     mix_advantages,
@@ -242,3 +243,40 @@ def test_the_min_form_takes_unscaled_step_rewards():
     assert unscaled([[1 / 3, -1 / 3, 1 / 3], None, [-0.5]]) == [[1.0, -1.0, 1.0], None, [-1.0]]
     long, short = step_rewards([True] * 8 + [False], 9), step_rewards([True, True, False], 3)
     assert min(long) > min(short) and min(unscaled([long])[0]) == min(unscaled([short])[0]) == -1.0
+
+
+def test_first_error_advantages_by_hand():
+    """T = 8; -1 on the first rejected item's tokens (after the last item that ended before it), 0 elsewhere.
+      sample 0: items +, -, -, - ending at 1, 3, 5, 7: tokens 2-3 (the cascade and the answer left alone)
+      sample 1: every item approved: 0 throughout
+      sample 2: two right steps, then a final item rejected (stopped early) ending at 5: tokens 3-5
+      sample 3: no usable items: 0
+      sample 4: a right and a false step closed by one token (one line), then a right one: the line, 0-3
+      sample 5: a false item ending past T: clipped, tokens 3-7"""
+    rewards = [[0.25, -0.25, -0.25, -0.25], [1 / 3] * 3, [1 / 3, 1 / 3, -1 / 3], None, [1.0, -1.0, 1.0], [0.5, -0.5]]
+    ends = [[1, 3, 5, 7], [2, 4, 6], [1, 2, 5], [], [3, 3, 6], [2, 20]]
+    got = first_error_advantages(rewards, ends, length=8)
+    want = torch.zeros(6, 8)
+    want[0, 2:4] = want[2, 3:6] = want[4, 0:4] = want[5, 3:8] = -1.0
+    assert torch.equal(got, want)
+
+
+def test_under_first_error_right_steps_earn_nothing_and_a_wrong_solution_is_not_pushed_down_whole():
+    """The two failures of the other constructions, measured on SmolLM2's word problems: RL Tango's to_go
+    pays for restating the story as extra right steps (its first token's process advantage rises with each
+    restatement); min_final gives every token of a wrong solution one value, in a group that is all wrong
+    a uniform push down. Under first_error no token is ever above 0, a restatement's tokens are 0, and only
+    the first false step's tokens are blamed. A group of 2, T = 12: sample 0 restates 3 facts (right steps
+    ending at 1, 3, 5), then a false step (7) and a rejected final item (11); sample 1 is the false step
+    (1) and the final item (5) alone."""
+    padded, bare = final_step_rewards([True, True, True, False], 4, False, True), final_step_rewards([False], 1, False, True)
+    ends = [[1, 3, 5, 7, 11], [1, 5]]
+    to_go = process_advantages([padded, bare], ends, group_size=2, length=12)
+    assert to_go[0, 0] > 0 > to_go[1, 0]                       # restating pays under to_go
+    min_final = process_advantages(unscaled([padded, bare]), ends, group_size=2, length=12, credit="min")
+    assert torch.unique(min_final[0]).numel() == 1 and min_final[0, 0] < 0  # every token of it alike, negative
+    assert torch.unique(min_final[1, :6]).numel() == 1 and min_final[1, 0] < 0
+    got = first_error_advantages([padded, bare], ends, length=12)
+    assert got.max() == 0 and got[0, :6].abs().sum() == 0 and got[1, 6:].abs().sum() == 0
+    assert torch.equal(got[0, 6:8], torch.full((2,), -1.0)) and got[0, 8:].abs().sum() == 0
+    assert torch.equal(got[1, :2], torch.full((2,), -1.0))

@@ -274,13 +274,15 @@ class CoTrainingConfig(_Section):
     w_catch: float = Field(1.0, ge=0, description="GAR: the verifier's bonus for catching an incorrect solution.")
     w_approve: float = Field(0.5, ge=0, description="GAR: the generator's bonus for a correct, approved solution.")
     eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
-    credit: Literal["to_go", "min", "final", "min_final"] = Field("to_go", description=(
+    credit: Literal["to_go", "min", "final", "min_final", "first_error"] = Field("to_go", description=(
         "How step rewards become each token's process advantage (rl/tango.py). to_go: the sum of the z-normalised "
         "step rewards at and after the token (RL Tango). min: the minimum of the +-1 step rewards (PURE's min-form). "
         "final: to_go with "
         "the final verdict scored as one more step on the answer's tokens, a solution with no answer or fewer "
         "steps than its problem needs scored rejected there (stopping early cannot pay). min_final: min with that "
-        "step."))
+        "step (every token of a wrong solution then gets the same value: an outcome term, uncentred where a "
+        "group is all wrong). first_error: -1 on the tokens of the first rejected item (a step, or the final "
+        "one) alone, 0 elsewhere: right steps earn nothing, so padding cannot pay."))
 
     @model_validator(mode="before")
     @classmethod

@@ -137,6 +137,42 @@ def final_step_rewards(verdicts: list[bool], n_steps: int, final: bool | None, c
     return [(1.0 if v else -1.0) / len(items) for v in items]
 
 
+def first_error_advantages(rewards: list[list[float] | None], ends: list[list[int]], length: int) -> torch.Tensor:
+    """Per-token process advantages that blame each solution's first rejected item alone
+    (`cotraining.credit: first_error`, ours): -1 on the tokens of that item (after the previous item's end,
+    up to its own), 0 everywhere else; 0 throughout a solution with no rejected item or no usable rewards.
+
+    The items are `final_step_rewards`' (the steps, then the final verdict on the answer's tokens, rejected
+    for an incomplete solution), only their signs read. What the other constructions pay for, this does
+    not: a right step earns nothing, so restating the story's facts as extra steps gains nothing (RL Tango's
+    +-1/K sums pay for it); a wrong solution's right prefix, its cascade of later errors and its end are
+    left alone, so the whole of every wrong solution is not pushed down alike (the min-form with a final
+    item gives every token of a wrong solution the same negative value: an outcome term that, unlike
+    GRPO's, is not centred in a group whose samples are all wrong). No group normalisation: the value is
+    the same -1 in every group.
+
+    Args:
+        rewards: N entries, each the items' rewards (their signs: approved > 0) or None.
+        ends: N entries, each the items' end tokens, in the order of the items.
+        length: T.
+
+    Returns:
+        [N, T].
+    """
+    assert len(rewards) == len(ends), "one entry per sample"
+    out = torch.zeros(len(rewards), length)                                          # [N, T]
+    for i, (items, item_ends) in enumerate(zip(rewards, ends)):
+        if items is None:
+            continue
+        ordered = sorted((min(end, length - 1), r) for r, end in zip(items, item_ends))  # in the order they end
+        for k, (end, r) in enumerate(ordered):
+            if r < 0:  # its tokens: after the last item that ended before it (items closed by one token share it)
+                start = max((e for e, _ in ordered[:k] if e < end), default=-1) + 1
+                out[i, start:end + 1] = -1.0
+                break
+    return out
+
+
 def flip_verdicts(labels: list[bool], fp: float, fn: float, rng) -> list[bool]:
     """A noisy oracle's verdicts: each False label approved with probability `fp`, each True label rejected
     with probability `fn` (one `rng.random()` draw per label, in order, whatever the rates).

@@ -26,6 +26,7 @@ from cotrain.rl.losses import group_advantages
 from cotrain.rl.tango import (
     class_weights,
     final_step_rewards,
+    first_error_advantages,
     flip_verdicts,
     most_uncertain,
     process_advantages,
@@ -95,12 +96,13 @@ def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed:
                                group_size: int, credit: str = "to_go", complete: list[bool] | None = None
                                ) -> tuple[list[list[float] | None], torch.Tensor]:
     """Each sample's step rewards and the process advantages [N, T] they give (z-normalised over the group,
-    then summed (`to_go`) or minimised (`min`) from each token to the end; rl/tango.py `process_advantages`).
+    then summed (`to_go`) or minimised (`min`) from each token to the end; rl/tango.py `process_advantages`;
+    `first_error`: -1 on the first rejected item's tokens alone, `first_error_advantages`).
     Step rewards are +-1/K from the K step verdicts (None unless exactly K were parsed); with `credit`
     final or min_final, `final_step_rewards`: the final verdict one more step on the answer's tokens,
     rejected for a sample that is not `complete`."""
     n_steps = [len(split_steps(t)) for t in texts]
-    with_final = credit in ("final", "min_final")
+    with_final = credit in ("final", "min_final", "first_error")
     ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts, answer=with_final)
     if with_final:
         assert complete is not None and len(complete) == len(texts), "credit final needs each sample's completeness"
@@ -108,6 +110,8 @@ def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed:
         ends = [e if len(r) == len(e) else e[-1:] for r, e in zip(s_rewards, ends)]  # the final item alone
     else:
         s_rewards = [step_rewards(x.steps, k) for x, k in zip(parsed, n_steps)]
+    if credit == "first_error":  # the first rejected item's tokens alone, -1
+        return s_rewards, first_error_advantages(s_rewards, ends, ro.completion_ids.shape[1])
     if credit in ("min", "min_final"):  # the minimum of +-1 step rewards: scaled by 1/K it pays for length
         s_rewards = unscaled(s_rewards)
     form = "min" if credit in ("min", "min_final") else "to_go"
