@@ -254,7 +254,8 @@ def test_the_judge_samples_each_distinct_answer_once_and_copies_share_its_passes
                "Step 1: 3+4=7\nFinal: 7", "Step 1: 3+4=7\nFinal: 7"]
     for distinct, rows in ((True, 3), (False, 5)):
         cfg = build_config(labelfree_config("triad", start, warm_verifier, selfplay={"judge_distinct": distinct}))
-        out = judge(cfg, model, questions, answers, Compute({"judge": 1}), step=1, timer=None)
+        out = judge(cfg.selfplay, cfg.verifier, model, questions, answers, Compute({"judge": 1}), step=1, timer=None,
+                    seed=cfg.seed, bf16=cfg.train.bf16)
         P = cfg.selfplay.judge_passes
         assert out.rollout.completion_ids.shape[0] == len(out.sampled) == rows * P
         assert len(out.parsed) == len(answers) * P and out.scores.shape == (len(answers), P)
@@ -283,7 +284,8 @@ def test_judging_stopped_early_draws_the_rest_only_where_the_first_passes_disagr
     cfg = build_config(labelfree_config("triad", start, warm_verifier, selfplay={"judge_early_stop": True,
                                                                                "judge_passes": 3}))
     cfg.verifier.temperature = 2.0  # a hot judge, so that some first rounds disagree
-    out = judge(cfg, model, questions, answers, Compute({"judge": 1}), step=1, timer=None)
+    out = judge(cfg.selfplay, cfg.verifier, model, questions, answers, Compute({"judge": 1}), step=1, timer=None,
+                seed=cfg.seed, bf16=cfg.train.bf16)
     n = len(answers)
     first = [[judge_score([x.final]) for x in out.sampled[2 * i:2 * i + 2]] for i in range(n)]
     open_ = [i for i in range(n) if first[i][0] != first[i][1]]

@@ -73,6 +73,7 @@ from cotrain.train.selfplay import (
     judge_preferences,
     mean,
     preference_metrics,
+    probe_judge,
     propose,
     proposer_backward,
     proposer_metrics,
@@ -96,21 +97,19 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
     seeds, truth = seed_questions(task, cfg.seed, cfg.selfplay.seed_questions)  # truth: for the gt/ metrics alone
     truth_of = truth_lookup(task, truth)
-    add_optimizers(cfg, m)
+    add_optimizers(cfg.selfplay, cfg.train, cfg.verifier.lr, m)
     # the solver's start: the weak regime's older checkpoint and DPO's reference
     older = solver_start(cfg, run_dir, resume) if rel.n_old or rel.solver_loss == "dpo" or cfg.safeguard.measures_kl else None
     warmed = resume and bool(list_checkpoints(run_dir))
     session = open_session(cfg, run_dir, resume, m.roles, desc="reliability")
+    at = {"seed": cfg.seed, "bf16": cfg.train.bf16}  # every sampling call's seed and (resolved) precision
     buffer: list[str] = list(session.state.get("buffer", seeds))
     compute = Compute(m.n_params(), session.state.get("compute"))
-    n_candidates = rel.n_strong + rel.n_weak + rel.n_old + rel.n_best_of
-    n_questions = max(1, cfg.train.batch_size // n_candidates)
+    n_questions = max(1, cfg.train.batch_size // (rel.n_strong + rel.n_weak + rel.n_old + rel.n_best_of))  # B = batch / C
     (solver, tok), (proposer, _) = m.solver, m.proposer
 
-    def probe_judge(questions: list[str], answers: list[str], step: int) -> list[float]:
-        return judge(cfg, m.judge, questions, answers, compute, step, None, label="safeguard-judge").scores.mean(dim=1).tolist()
-
-    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None, probe_judge, compute,
+    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None,
+                          probe_judge(sp, cfg.verifier, m.judge, compute, **at), compute,
                           session.state.get("safeguard"))
 
     def state() -> dict:
@@ -126,7 +125,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         lr_scale = safeguard.step_scale(step, timer)  # < 1 where label-free signals distrust the judge
         rng = random.Random(derive_seed(cfg.seed, "questions", step))
         # -------------------------------------------------------------- proposer
-        props = propose(cfg, task, m.proposer, rng.choice(seeds), compute, step, timer)
+        props = propose(sp, task, m.proposer, rng.choice(seeds), compute, step, timer, **at)
         questions = props.fresh + [rng.choice(buffer) for _ in range(max(0, n_questions - len(props.fresh)))]
 
         # -------------------------------------------------------------- solver: C candidates per question
@@ -136,12 +135,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- judge: every candidate, P passes
         asked = [q for q in questions for _ in range(C)]
         answers = [t for row in texts for t in row]
-        judged = judge(cfg, m.judge, asked, answers, compute, step, timer)
+        judged = judge(sp, cfg.verifier, m.judge, asked, answers, compute, step, timer, **at)
         parsed, scores = judged.parsed, judged.scores.view(len(questions), C, P)               # [B, C, P]
 
         # -------------------------------------------------------------- reliability signals and rewards
         strong_t = torch.tensor(strong)
-        prefs, pairs = judge_preferences(cfg, m.judge, questions, texts, compute, step, timer) if rel.pairwise else (None, None)
+        prefs, pairs = judge_preferences(P, rel.pairs_per_question, cfg.verifier, m.judge, questions, texts, compute, step,
+                                         timer, **at) if rel.pairwise else (None, None)
         signals = [reliability_signals(scores[i], strong_t, prefs[i] if prefs else None) for i in range(len(questions))]
         passed = [passes_thresholds(s, rel.thresholds) for s in signals]
         per_question = {}
@@ -159,7 +159,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- one update per model
         trained_before = sum(t["trained"] for t in compute.tokens.values())
         zero_all(m)
-        prop_st = proposer_backward(cfg, m.proposer, props, prop_rewards, compute)
+        prop_st = proposer_backward(cfg.selfplay, cfg.grpo, cfg.train, m.proposer, props, prop_rewards, compute)
         loss, n_pairs, tokens = _solver_loss(cfg, solver, tok, older, questions, texts, scores, trained)
         if loss is not None:
             loss.backward()

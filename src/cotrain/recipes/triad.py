@@ -69,6 +69,7 @@ from cotrain.train.selfplay import (
     judge_agreement,
     judge_gaps,
     mean,
+    probe_judge,
     propose,
     proposer_backward,
     proposer_metrics,
@@ -93,19 +94,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
     seeds, truth = seed_questions(task, cfg.seed, cfg.selfplay.seed_questions)  # truth: for the gt/ metrics alone
     truth_of = truth_lookup(task, truth)
-    add_optimizers(cfg, m)
+    add_optimizers(cfg.selfplay, cfg.train, cfg.verifier.lr, m)
     older = solver_start(cfg, run_dir, resume) if g.beta > 0 or cfg.safeguard.measures_kl else None  # the KL's reference
     warmed = resume and bool(list_checkpoints(run_dir))
     session = open_session(cfg, run_dir, resume, m.roles, desc="triad")
+    at = {"seed": cfg.seed, "bf16": cfg.train.bf16}  # every sampling call's seed and (resolved) precision
     buffer: list[str] = list(session.state.get("buffer", seeds))
     compute = Compute(m.n_params(), session.state.get("compute"))
     n_questions = max(1, cfg.train.batch_size // G)
     (solver, tok), (proposer, _) = m.solver, m.proposer
 
-    def probe_judge(questions: list[str], answers: list[str], step: int) -> list[float]:
-        return judge(cfg, m.judge, questions, answers, compute, step, None, label="safeguard-judge").scores.mean(dim=1).tolist()
-
-    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None, probe_judge, compute,
+    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None,
+                          probe_judge(sp, cfg.verifier, m.judge, compute, **at), compute,
                           session.state.get("safeguard"))
 
     def state() -> dict:
@@ -121,7 +121,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         lr_scale = safeguard.step_scale(step, timer)  # < 1 where label-free signals distrust the judge
         rng = random.Random(derive_seed(cfg.seed, "questions", step))
         # -------------------------------------------------------------- proposer
-        props = propose(cfg, task, m.proposer, rng.choice(seeds), compute, step, timer)
+        props = propose(sp, task, m.proposer, rng.choice(seeds), compute, step, timer, **at)
         questions = props.fresh + [rng.choice(buffer) for _ in range(max(0, n_questions - len(props.fresh)))]
 
         # -------------------------------------------------------------- solver: G answers to each question
@@ -135,7 +135,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- judge: every answer, P passes
         asked = [q for q in questions for _ in range(G)]
-        judged = judge(cfg, m.judge, asked, answers, compute, step, timer)
+        judged = judge(sp, cfg.verifier, m.judge, asked, answers, compute, step, timer, **at)
         parsed, scores = judged.parsed, judged.scores                                         # [N*P], [N, P]
 
         # -------------------------------------------------------------- rewards
@@ -158,7 +158,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- one update per model
         trained_before = sum(t["trained"] for t in compute.tokens.values())
         zero_all(m)
-        prop_st = proposer_backward(cfg, m.proposer, props, prop_rewards, compute)
+        prop_st = proposer_backward(cfg.selfplay, cfg.grpo, cfg.train, m.proposer, props, prop_rewards, compute)
         stats = _solver_and_judge_backward(cfg, m, sro, rewards, judged.rollout, judge_rewards, older, compute)
         grad_norms = step_models(cfg.train, m, lr_scale)
         timer.lap("update", sum(t["trained"] for t in compute.tokens.values()) - trained_before)

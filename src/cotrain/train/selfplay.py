@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from cotrain import dist
-from cotrain.config import RunConfig, TrainConfig
+from cotrain.config import GrpoConfig, RunConfig, SelfPlayConfig, TrainConfig, VerifierConfig
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_metrics import verifier_gap
 from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
@@ -79,18 +79,16 @@ def selfplay_models(cfg: RunConfig) -> SelfPlayModels:
     return m
 
 
-def add_optimizers(cfg: RunConfig, m: SelfPlayModels) -> None:
-    """One AdamW per model (the proposer at `selfplay.proposer_lr`, the judge at `verifier.lr`)."""
-    sp = cfg.selfplay
+def add_optimizers(sp: SelfPlayConfig, t: TrainConfig, judge_lr: float, m: SelfPlayModels) -> None:
+    """One AdamW per model (the solver at `train.lr`, the proposer at `selfplay.proposer_lr`, the judge at
+    `judge_lr`: the verifier's)."""
     (solver, tok), (proposer, ptok), (judge, jtok) = m.solver, m.proposer, m.judge
-    opt, sched = make_optimizer(solver, cfg.train, cfg.train.steps)
+    opt, sched = make_optimizer(solver, t, t.steps)
     m.roles = {"generator": (solver, tok, opt, sched)}
     m.optimizers = {id(solver): (opt, sched)}
     if not sp.shared_model:
-        popt, psched = make_optimizer(proposer, cfg.train.model_copy(update={"lr": sp.proposer_lr or cfg.train.lr}),
-                                      cfg.train.steps)
-        jopt, jsched = make_optimizer(judge, cfg.train.model_copy(update={"lr": cfg.verifier.lr, "warmup_steps": 0}),
-                                      cfg.train.steps)
+        popt, psched = make_optimizer(proposer, t.model_copy(update={"lr": sp.proposer_lr or t.lr}), t.steps)
+        jopt, jsched = make_optimizer(judge, t.model_copy(update={"lr": judge_lr, "warmup_steps": 0}), t.steps)
         m.roles.update({"proposer": (proposer, ptok, popt, psched), "judge": (judge, jtok, jopt, jsched)})
         m.optimizers.update({id(proposer): (popt, psched), id(judge): (jopt, jsched)})
 
@@ -138,14 +136,13 @@ def check_question(task, question: str | None, max_ops: int | None, max_operand:
     return True, True
 
 
-def propose(cfg: RunConfig, task, proposer: tuple, example: str, compute: Compute, step: int,
-            timer: StepTimer) -> Proposals:
+def propose(sp: SelfPlayConfig, task, proposer: tuple, example: str, compute: Compute, step: int,
+            timer: StepTimer, *, seed: int, bf16: bool) -> Proposals:
     """`selfplay.proposals` questions from one prompt (showing `example`, a seed question): its group."""
-    sp = cfg.selfplay
     model, ptok = proposer
     pro = generate(model, encode_proposer_prompts(ptok, [example]), group_size=sp.proposals,
                    max_new_tokens=sp.question_max_new_tokens, eos_id=ptok.eos_token_id, pad_id=ptok.pad_token_id,
-                   temperature=sp.proposer_temperature, seed=derive_seed(cfg.seed, "propose", step), bf16=cfg.train.bf16)
+                   temperature=sp.proposer_temperature, seed=derive_seed(seed, "propose", step), bf16=bf16)
     compute.add("prop", forward=rollout_tokens(pro)[0], generated=rollout_tokens(pro)[1])
     timer.lap("propose", rollout_tokens(pro)[1])
     chat = uses_chat(ptok)
@@ -156,15 +153,14 @@ def propose(cfg: RunConfig, task, proposer: tuple, example: str, compute: Comput
     return Proposals(pro, proposed, checks, fresh)
 
 
-def proposer_backward(cfg: RunConfig, proposer: tuple, props: Proposals, rewards: torch.Tensor,
-                      compute: Compute) -> dict:
-    """Add the proposer's GRPO loss (advantages normalised over its batch) to its model's gradients."""
-    sp, g = cfg.selfplay, cfg.grpo
+def proposer_backward(sp: SelfPlayConfig, g: GrpoConfig, t: TrainConfig, proposer: tuple, props: Proposals,
+                      rewards: torch.Tensor, compute: Compute) -> dict:
+    """Add the proposer's GRPO loss (advantages normalised over its batch) to its model's gradients: the
+    solver's GRPO settings at the proposer's group size, length and temperature, no KL term."""
     gp = g.model_copy(update={"group_size": sp.proposals, "max_new_tokens": sp.question_max_new_tokens,
                               "temperature": sp.proposer_temperature, "beta": 0.0})
     st = policy_backward(proposer[0], props.rollout, role_advantages(rewards, ["prop"] * len(rewards)),
-                         props.rollout.completion_mask, gp, bf16=cfg.train.bf16,
-                         micro_batch_size=cfg.train.micro_batch_size)
+                         props.rollout.completion_mask, gp, bf16=t.bf16, micro_batch_size=t.micro_batch_size)
     compute.add("prop", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
     return st
 
@@ -192,7 +188,8 @@ def proposer_warm_up(session: Session, m: SelfPlayModels, seeds: list[str], comp
     """Step 0: the proposer's SFT warm-up; with one shared model the solver's start copy follows it
     (and is saved for resume). Checkpointed before its row is logged."""
     cfg = session.cfg
-    metrics = warmup_proposer(cfg, *m.proposer, seeds, compute)
+    metrics = warmup_proposer(cfg.selfplay, cfg.verifier, cfg.train, *m.proposer, seeds, compute, seed=cfg.seed,
+                              progress=cfg.log.progress)
     if cfg.selfplay.shared_model and older is not None:
         older.load_state_dict(m.solver[0].state_dict())
         dist.on_main(save_model, *m.solver, start_path(session.run_dir))
@@ -201,28 +198,27 @@ def proposer_warm_up(session: Session, m: SelfPlayModels, seeds: list[str], comp
     session.logger.log(0, metrics)
 
 
-def warmup_proposer(cfg: RunConfig, proposer, ptok, seeds: list[str], compute: Compute) -> dict[str, float]:
-    """SFT of the proposer on the task's own questions (answers never seen): it learns the notation."""
-    sp = cfg.selfplay
-    opt, sched = make_optimizer(proposer, cfg.train.model_copy(update={"lr": cfg.verifier.warmup_sft_lr,
+def warmup_proposer(sp: SelfPlayConfig, v: VerifierConfig, t: TrainConfig, proposer, ptok, seeds: list[str],
+                    compute: Compute, *, seed: int, progress: bool) -> dict[str, float]:
+    """SFT of the proposer on the task's own questions (answers never seen): it learns the notation. At the
+    verifier's warm-up learning rate and batch size (`v`), `selfplay.proposer_warmup_steps` steps."""
+    opt, sched = make_optimizer(proposer, t.model_copy(update={"lr": v.warmup_sft_lr,
                                                                         "warmup_steps": 10, "schedule": "constant"}),
                                 sp.proposer_warmup_steps)
-    rng = random.Random(derive_seed(cfg.seed, "proposer-warmup"))
-    progress = Progress(sp.proposer_warmup_steps, enabled=cfg.log.progress and dist.is_main(),
-                        desc="proposer warm-up (sft)")
+    rng = random.Random(derive_seed(seed, "proposer-warmup"))
+    bar = Progress(sp.proposer_warmup_steps, enabled=progress and dist.is_main(), desc="proposer warm-up (sft)")
     losses = []
     for step in range(1, sp.proposer_warmup_steps + 1):
-        batch = [rng.choice(seeds) for _ in range(cfg.verifier.warmup_batch_size)]
+        batch = [rng.choice(seeds) for _ in range(v.warmup_batch_size)]
         examples = [rng.choice(seeds) for _ in batch]
         st = supervised_step(proposer, opt, encode_proposer_prompts(ptok, examples),
                              [encode_completion(ptok, q) for q in batch], ptok.pad_token_id,
-                             max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
-                             micro_batch_size=cfg.train.micro_batch_size)
+                             max_grad_norm=t.max_grad_norm, bf16=t.bf16, micro_batch_size=t.micro_batch_size)
         sched.step()
         compute.add("prop", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
         losses.append(st["loss"])
-        progress.update(step, {"loss": st["loss"]})
-    progress.close()
+        bar.update(step, {"loss": st["loss"]})
+    bar.close()
     tail = losses[-max(1, len(losses) // 10):]
     return {"prop/warmup_loss": sum(tail) / len(tail)}
 
@@ -242,8 +238,9 @@ class Judgement(NamedTuple):
     drawn: float                    # passes drawn / (D * P): 1 unless judging stopped early
 
 
-def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str], compute: Compute, step: int,
-          timer: StepTimer | None, label: str = "judge") -> Judgement:
+def judge(sp: SelfPlayConfig, v: VerifierConfig, judge: tuple, questions: list[str], answers: list[str],
+          compute: Compute, step: int, timer: StepTimer | None, *, seed: int, bf16: bool,
+          label: str = "judge") -> Judgement:
     """`selfplay.judge_passes` sampled verifications of each answer, each scored 1 (approve), 0 (reject)
     or 0.5 (unparsable). With `selfplay.judge_distinct` each distinct (question, answer) pair is judged
     once and its copies share its passes: every answer's score is still the mean of P passes drawn
@@ -251,18 +248,18 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
     and the judge does not train on repeats. With `selfplay.judge_early_stop` a pair's passes stop once
     the first `agreement_round(P)` agree: the missing passes count as that verdict in `scores` and
     `parsed`; `rollout` and `sampled` hold the passes drawn, the first round's then the rest's. `label`
-    names the sampling seed's purpose (the safeguard's probe judges with its own)."""
-    passes = cfg.selfplay.judge_passes
+    names the sampling seed's purpose (the safeguard's probe judges with its own); the verifier's sampling
+    settings (`v`: temperature, length, drafted or compiled decoding) apply."""
+    passes = sp.judge_passes
     model, jtok = judge
     pairs = list(zip(questions, answers))
-    distinct = list(dict.fromkeys(pairs)) if cfg.selfplay.judge_distinct else pairs
-    first = agreement_round(passes) if cfg.selfplay.judge_early_stop else passes
+    distinct = list(dict.fromkeys(pairs)) if sp.judge_distinct else pairs
+    first = agreement_round(passes) if sp.judge_early_stop else passes
 
     def draw(subset: list[tuple[str, str]], n: int, purpose: str):
         return verify(model, jtok, [q for q, _ in subset], [a for _, a in subset], group_size=n,
-                      temperature=cfg.verifier.temperature, max_new_tokens=cfg.verifier.max_new_tokens,
-                      seed=derive_seed(cfg.seed, purpose, step), bf16=cfg.train.bf16,
-                      draft_tokens=cfg.verifier.draft_tokens, compiled=cfg.verifier.compile)
+                      temperature=v.temperature, max_new_tokens=v.max_new_tokens,
+                      seed=derive_seed(seed, purpose, step), bf16=bf16, draft_tokens=v.draft_tokens, compiled=v.compile)
 
     jro, _, sampled = draw(distinct, first, label)
     of_pair = [sampled[i * first:(i + 1) * first] for i in range(len(distinct))]   # each pair's passes
@@ -280,7 +277,7 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
     compute.add("judge", forward=forward, generated=generated)
     if timer is not None:
         timer.lap("verify", generated)
-    if cfg.selfplay.judge_distinct:
+    if sp.judge_distinct:
         row_of = {pair: i for i, pair in enumerate(distinct)}
         rows = [row_of[pair] for pair in pairs]
     else:
@@ -292,31 +289,40 @@ def judge(cfg: RunConfig, judge: tuple, questions: list[str], answers: list[str]
                      len(sampled) / max(1, len(distinct) * passes))
 
 
+def probe_judge(sp: SelfPlayConfig, v: VerifierConfig, judge_role: tuple, compute: Compute, *, seed: int, bf16: bool):
+    """The safeguard's probe of the judge: (questions, answers, step) -> each answer's mean score over
+    `selfplay.judge_passes` passes, sampled with a seed of its own (not the training judge's)."""
+    def probe(questions: list[str], answers: list[str], step: int) -> list[float]:
+        return judge(sp, v, judge_role, questions, answers, compute, step, None, seed=seed, bf16=bf16,
+                     label="safeguard-judge").scores.mean(dim=1).tolist()
+    return probe
+
+
 # ---------------------------------------------------------------------- pairwise judgments (reliability)
 
 UNSTATED = 2.0
 """A pairwise judgment without a preference line: a value of its own, never a pair's modal preference."""
 
 
-def judge_preferences(cfg: RunConfig, judge: tuple, questions: list[str], texts: list[list[str]], compute: Compute,
-                      step: int, timer: StepTimer) -> tuple[list[torch.Tensor], list[list[tuple[int, int]]]]:
+def judge_preferences(passes: int, pairs_per_question: int, v: VerifierConfig, judge: tuple, questions: list[str],
+                      texts: list[list[str]], compute: Compute, step: int, timer: StepTimer, *, seed: int,
+                      bf16: bool) -> tuple[list[torch.Tensor], list[list[tuple[int, int]]]]:
     """`selfplay.judge_passes` pairwise judgments (roles/verifier.py) of candidate pairs of each question:
-    every pair i < j of its C candidates, or `reliability.pairs_per_question` of them drawn at random.
+    every pair i < j of its C candidates, or `pairs_per_question` of them drawn at random (0: every pair),
+    sampled at the verifier's temperature (`v`).
 
     Returns:
         Per question, its preferences [n_pairs, P] (1: the pair's first candidate preferred, -1: the
         second, 0: neither, UNSTATED: no preference line), and its pairs (i, j).
     """
-    rel, passes = cfg.reliability, cfg.selfplay.judge_passes
     model, jtok = judge
-    rng = random.Random(derive_seed(cfg.seed, "pairs", step))
+    rng = random.Random(derive_seed(seed, "pairs", step))
     every = [(i, j) for i in range(len(texts[0])) for j in range(i + 1, len(texts[0]))]
-    chosen = [sorted(rng.sample(every, min(rel.pairs_per_question, len(every)))) if rel.pairs_per_question else every
+    chosen = [sorted(rng.sample(every, min(pairs_per_question, len(every)))) if pairs_per_question else every
               for _ in questions]
     asked = [(q, row[i], row[j]) for q, row, pairs in zip(questions, texts, chosen) for i, j in pairs]
-    ro, prefs = prefer(model, jtok, *map(list, zip(*asked)), group_size=passes, temperature=cfg.verifier.temperature,
-                       max_new_tokens=2 * cfg.verifier.max_new_tokens + 16, seed=derive_seed(cfg.seed, "prefer", step),
-                       bf16=cfg.train.bf16)
+    ro, prefs = prefer(model, jtok, *map(list, zip(*asked)), group_size=passes, temperature=v.temperature,
+                       max_new_tokens=2 * v.max_new_tokens + 16, seed=derive_seed(seed, "prefer", step), bf16=bf16)
     forward, generated = rollout_tokens(ro)
     compute.add("judge", forward=forward, generated=generated)
     timer.lap("prefer", generated)
