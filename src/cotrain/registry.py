@@ -58,6 +58,22 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+@dataclass(frozen=True)
+class StudyRoles:
+    """The arms a study (`cotrain study results/<study>`, analysis/study.py) reads by role, each by its
+    directory name under the study: every other arm is paired with `baseline` seed by seed."""
+    baseline: str = "grpo"          # the control every arm is compared with
+    long: str = "grpo_long"         # the baseline trained on past the others (steps to its final accuracy)
+    labelfree: str = "labelfree"    # a label-free arm, read against the shared start
+    auto: str = "tango_auto"        # `cotraining.alpha: auto`, read by the plan's criteria against `schedule`
+    schedule: str = "tango"         # RL Tango's schedule: the co-training arm a gains spec reads by default
+    start: str = "sft"              # starts/<start>/eval.json: the start the arms share
+    best_of_n: str = "vstar"        # the recipe whose eval.json section holds best-of-N accuracies
+
+
+STUDY = StudyRoles()
+
+
 def unknown(name: str) -> str:
     """The one-line complaint about a recipe name that is not in `RECIPES`."""
     close = difflib.get_close_matches(name, RECIPES, n=1)

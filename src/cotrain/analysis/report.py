@@ -155,7 +155,7 @@ def _config_diff(run_dir: Path) -> str:
 
     try:
         raw = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8", errors="replace"))
-        defaults = RunConfig(recipe=raw.get("recipe", "grpo")).model_dump(mode="json")
+        defaults = RunConfig(**{k: raw[k] for k in ("recipe",) if k in raw}).model_dump(mode="json")  # its recipe's
     except Exception as err:  # noqa: BLE001 (an unreadable config is shown as such, the page still builds)
         return f"<p>config.yaml could not be read: {_e(str(err))}</p>"
     ours, base = _flatten(raw), _flatten(defaults)

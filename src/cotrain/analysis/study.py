@@ -22,13 +22,13 @@ from pathlib import Path
 from cotrain.analysis.plot import load_metrics
 from cotrain.config import read_yaml_mapping
 from cotrain.errors import UserError
-from cotrain.registry import RECIPES
+from cotrain.registry import RECIPES, STUDY
 from cotrain.stats import POINTS, Criterion, auto_criteria, mean_ci95, paired_difference, plan_criteria
 
-BASELINE, LABELFREE, LONG, CURVE = "grpo", "labelfree", "grpo_long", "eval/test/pass@1"
+BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, "eval/test/pass@1"
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
 SAMPLED = "tokens/gen_generated_total"  # the tokens the generator sampled: "samples drawn", in tokens
-AUTO, SCHEDULE = "tango_auto", "tango"  # `cotraining.alpha: auto` and the paper's schedule, read by auto_criteria
+AUTO, SCHEDULE = STUDY.auto, STUDY.schedule  # `cotraining.alpha: auto` and the paper's schedule (auto_criteria)
 
 
 @dataclass
@@ -314,7 +314,7 @@ def checker_quality(runs: dict[int, Run]) -> str:
         values = [v for v in values if isinstance(v, (int, float))]
         if values:
             return f"{what} {_cell(values)}"
-    bon = [r.eval.get("vstar", {}).get("test", {}) for r in runs.values()]
+    bon = [r.eval.get(STUDY.best_of_n, {}).get("test", {}) for r in runs.values()]
     ns = sorted({int(k.split("/")[0][4:]) for b in bon for k in b if k.startswith("bon@") and k.endswith("/vstar")})
     if ns:
         n = ns[-1]
@@ -455,7 +455,7 @@ def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
     plt.close(fig)
 
 
-def build_start(study_dir: str | Path, start: str = "sft") -> float | None:
+def build_start(study_dir: str | Path, start: str = STUDY.start) -> float | None:
     """The `test` pass@1 of the generator of the study's start `starts/<start>/eval.json` (by default the
     SFT start the arms share), or None."""
     start_eval = Path(study_dir) / "starts" / start / "eval.json"
@@ -541,7 +541,7 @@ def plot_judge(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
 
 
 BON_NAMES = {"oracle": "oracle (pass@N)", "random": "random pick", "majority": "majority vote",
-             "vstar": "V-STaR verifier"}
+             STUDY.best_of_n: "V-STaR verifier"}
 
 
 def best_of_n(runs: dict[int, Run]) -> dict[str, dict[int, list[float]]]:
@@ -550,7 +550,7 @@ def best_of_n(runs: dict[int, Run]) -> dict[str, dict[int, list[float]]]:
     selector -> N -> the values over seeds in seed order; {} where no run measured any."""
     out: dict[str, dict[int, list[float]]] = {}
     for _, run in sorted(runs.items()):
-        for key, value in (run.eval.get("vstar", {}).get("test", {}) or {}).items():
+        for key, value in (run.eval.get(STUDY.best_of_n, {}).get("test", {}) or {}).items():
             found = re.fullmatch(r"bon@(\d+)/(\w+)", key)
             if found and isinstance(value, (int, float)):
                 out.setdefault(found.group(2), {}).setdefault(int(found.group(1)), []).append(float(value))
@@ -749,7 +749,7 @@ def gains_table(spec_path: str | Path) -> tuple[str, list[dict]]:
     """
     spec_path = Path(spec_path)
     spec = read_yaml_mapping(spec_path, "the gains spec")
-    x, arm, settings = spec.get("x"), str(spec.get("arm", "tango")), spec.get("settings")
+    x, arm, settings = spec.get("x"), str(spec.get("arm", SCHEDULE)), spec.get("settings")
     if not isinstance(x, dict) or "key" not in x:
         raise UserError(f"{spec_path}: `x` must be a mapping with a `key` (and a `label`)")
     if not isinstance(settings, list) or not settings or not all(isinstance(s, dict) for s in settings):
@@ -767,7 +767,7 @@ def gains_table(spec_path: str | Path) -> tuple[str, list[dict]]:
         base, co = finals.get(BASELINE, {}), finals.get(arm, {})
         gain = paired_difference(base, co, POINTS) if set(base) & set(co) else None
         lf = None
-        start_eval = spec_path.parent / str(setting.get("runs", "")) / "starts" / "sft" / "eval.json"
+        start_eval = spec_path.parent / str(setting.get("runs", "")) / "starts" / STUDY.start / "eval.json"
         if finals.get(LABELFREE) and start_eval.is_file():
             start = json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
             if start is not None:
@@ -781,7 +781,7 @@ def gains_table(spec_path: str | Path) -> tuple[str, list[dict]]:
     return "\n".join(lines), points
 
 
-def plot_gains(points: list[dict], path: str | Path, xlabel: str, arm: str = "tango") -> None:
+def plot_gains(points: list[dict], path: str | Path, xlabel: str, arm: str = SCHEDULE) -> None:
     """Each setting's paired gain over GRPO (and the label-free gain, where there is one) against its x,
     with 95% CIs as error bars and the settings named."""
     import matplotlib
@@ -816,7 +816,7 @@ def build_gains(spec_path: str | Path) -> str:
     spec = read_yaml_mapping(spec_path, "the gains spec")
     x = spec["x"]
     spec_path.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
-    plot_gains(points, spec_path.with_suffix(".png"), str(x.get("label", x["key"])), str(spec.get("arm", "tango")))
+    plot_gains(points, spec_path.with_suffix(".png"), str(x.get("label", x["key"])), str(spec.get("arm", SCHEDULE)))
     return text
 
 
