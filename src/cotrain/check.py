@@ -104,7 +104,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         say(f"{role:<9} {info['class']}, {info['parameters']:,} parameters"
             + (f" ({info['trainable']:,} trainable)" if info["trainable"] != info["parameters"] else "")
             + f", {info['dtype']}, {info['device']}, chat template {'yes' if info['chat'] else 'no'}; from {source}")
-        note = low_precision_note(model, _role_lr(cfg, role))
+        note = low_precision_note(model, _role_lr(role, cfg.train.lr, cfg.verifier.lr, cfg.selfplay.proposer_lr))
         if note:
             say(f"note      {role}: {note}")
     if "judge" in RECIPES[cfg.recipe].roles and cfg.selfplay.shared_model:
@@ -372,12 +372,14 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
     return roles
 
 
-def _role_lr(cfg: RunConfig, role: str) -> float:
+def _role_lr(role: str, lr: float, verifier_lr: float, proposer_lr: float | None) -> float:
+    """The learning rate a role trains at: the verifier's for a verifier or judge, the proposer's (else the
+    run's) for a proposer, the run's for the rest."""
     if role in ("verifier", "judge"):
-        return cfg.verifier.lr
+        return verifier_lr
     if role == "proposer":
-        return cfg.selfplay.proposer_lr or cfg.train.lr
-    return cfg.train.lr
+        return proposer_lr or lr
+    return lr
 
 
 def _source(init: str | None, model_cfg) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cotrain import dist
-from cotrain.config import RunConfig
+from cotrain.config import RunConfig, TrainConfig
 from cotrain.eval.evaluate import evaluate_generator, sample_records
 from cotrain.models.build import load_weights
 from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
@@ -57,7 +57,7 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
     dist.on_main(prepare_run_dir, run_dir, resume=resume)
     run_dir = Path(run_dir)
     dist.on_main(write_config, run_dir, cfg.to_dict())
-    choose_precision(cfg, [model for model, _, _, _ in roles.values()], run_dir, resume)
+    choose_precision(cfg.train, cfg.model.dtype, [model for model, _, _, _ in roles.values()], run_dir, resume)
     start, stopped, state = 0, False, {}
     ckpts = list_checkpoints(run_dir) if resume else []
     if ckpts:
@@ -90,20 +90,20 @@ def _alarm_history(path: Path) -> list[dict]:
     return rows
 
 
-def choose_precision(cfg: RunConfig, models: list, run_dir: Path, resume: bool) -> None:
-    """Settle `train.bf16` (auto: on where bf16 is native on every model's device) in `cfg`, say the
+def choose_precision(t: TrainConfig, dtype: str, models: list, run_dir: Path, resume: bool) -> None:
+    """Settle `train.bf16` (auto: on where bf16 is native on every model's device) in `t`, say the
     choice once, warn of weights in a dtype this hardware computes slowly, and record the machine in
     `env.json` (a resumed run keeps the machines of its earlier parts under `earlier`)."""
     devices = [next(m.parameters()).device for m in models] or [dist.device()]
-    bf16, line = resolve_bf16(cfg.train.bf16, devices)
-    setting = cfg.train.bf16
-    cfg.train.bf16 = bf16
-    lines = [line] + [w for w in {dtype_warning(cfg.model.dtype, d) for d in devices} if w]
+    bf16, line = resolve_bf16(t.bf16, devices)
+    setting = t.bf16
+    t.bf16 = bf16
+    lines = [line] + [w for w in {dtype_warning(dtype, d) for d in devices} if w]
     if dist.is_main():
         for text in lines:
             print(text, file=sys.stderr, flush=True)
         env = {**machine(), **provenance(), "processes": dist.world(),
-               "precision": {"train.bf16": setting, "bf16_autocast": bf16, "model.dtype": cfg.model.dtype,
+               "precision": {"train.bf16": setting, "bf16_autocast": bf16, "model.dtype": dtype,
                              "devices": sorted({str(d) for d in devices}), "reason": line}}
         path = run_dir / "env.json"
         if resume and path.is_file():
