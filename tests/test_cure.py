@@ -241,6 +241,7 @@ GOLDEN = {"test/warmup_loss": [4.4161424114622605],
           "test/entropy": [4.582424096994076, 4.58250866184095, 4.583102528083928]}
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_cure_golden_catches_a_changed_tester_prompt(tmp_path, monkeypatch):
     monkeypatch.setattr(tester, "PLAIN_MARK", "@tests")
     run_recipe(build_config(cure_config(checkpoint={"every": 0})), tmp_path)

@@ -251,7 +251,8 @@ NEEDS_CPU_FSDP = pytest.mark.skipif(not dist.fsdp_on_cpu(), reason=f"FSDP2 on th
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fsdp", [False, pytest.param(True, marks=NEEDS_CPU_FSDP)], ids=["ddp", "fsdp"])
+@pytest.mark.parametrize("fsdp", [pytest.param(False, marks=pytest.mark.heavy), pytest.param(True, marks=NEEDS_CPU_FSDP)],
+                         ids=["ddp", "fsdp"])  # ddp in make test-heavy: make test keeps within its 10 minutes
 def test_two_processes_equal_one_then_resume_after_sigkill(grpo_one, tmp_path, fsdp):
     """`torchrun --nproc_per_node 2 -m cotrain run`, with gradients averaged over processes or with FSDP2
     sharding, killed after its step-2 checkpoint and resumed, logs the metrics, evaluation and final
@@ -271,8 +272,9 @@ def test_two_processes_equal_one_then_resume_after_sigkill(grpo_one, tmp_path, f
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fsdps", [["false"], pytest.param(["false", "true"], marks=[pytest.mark.heavy, NEEDS_CPU_FSDP])],
-                         ids=["ddp", "ddp-and-fsdp"])
+@pytest.mark.parametrize("fsdps", [pytest.param(["false"], marks=pytest.mark.heavy),
+                                   pytest.param(["false", "true"], marks=[pytest.mark.heavy, NEEDS_CPU_FSDP])],
+                         ids=["ddp", "ddp-and-fsdp"])  # both in make test-heavy (make test: the grpo ones above)
 def test_two_process_tango_completes_and_equals_one_process(sft_run, tmp_path, fsdps):
     """tango with two processes, gradients averaged or (make test-heavy) FSDP2-sharded, generator and
     verifier, equals the one-process run. (`make test` runs FSDP2 under torchrun on grpo: a process

@@ -65,6 +65,7 @@ def first_layer(model) -> torch.Tensor:
 # ---------------------------------------------------------------------- the GGUF source
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_smollm2_conversion_is_exact(smollm2_dir):
     """The converted directory holds exactly the weights transformers de-quantizes from the GGUF file,
     the same tokenizer (ids of a sample, chat template, special tokens), and a record of its source."""
@@ -142,6 +143,7 @@ def test_grpo_step_on_smollm2(smollm2_dir, tmp_path):
     assert test["pass@1_ci95_lo"] <= test["pass@1"] <= test["pass@1_ci95_hi"] and 0 <= test["format_ratio"] <= 1
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_grpo_update_on_smollm2(smollm2_dir):
     """The update the recipes make (`train.update.policy_update`), on SmolLM2's own samples of two
     prompts with rewards set by hand (1, 0 in each group): the weights move, and the advantage-weighted

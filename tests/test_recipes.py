@@ -184,6 +184,7 @@ def test_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
     run_killed_and_resumed(cfg_path, tmp_path, "step_4")
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_sft_stops_at_target_accuracy_and_resume_keeps_it_stopped(tmp_path):
     """With stop_at_acc the run ends at the first check whose held-out train-split accuracy reaches it;
     resuming the stopped run does not train further."""

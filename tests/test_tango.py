@@ -173,6 +173,7 @@ def test_tango_fixed_seed_regression_and_resume(sft_run, tmp_path):
     assert a["verifier_warmup"]["test_injected"]["accuracy"] == pytest.approx(GOLDEN_WARMUP_ACC, abs=1e-9)
 
 
+@pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_drafted_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path):
     """`rollout.draft_tokens` and `verifier.draft_tokens` only change how many forward passes sampling
     takes: the golden run with drafted rollouts, verifications and verifier RL rollouts gives the golden
