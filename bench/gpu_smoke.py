@@ -23,6 +23,9 @@ appends one JSON line to `--out` and prints one row: phase, PASS / FAIL / SKIP /
   compiled      decoding through torch.compile with a static KV cache: greedy tokens against the plain loop
   offload_1.5b  update_1.5b with AdamW's moments in host memory between steps (train.offload_optimizer):
                 the moments on the host after each step, the gap widening, the peak against update_1.5b's
+  decode_tiny   the tiny preset's generator and verifier decodes of a sparse-world tango step, apart: ms
+                per decode step, the prefill's seconds, host reads per token (the tiny world's verification
+                was 2x slower on an H200 than on 2 CPU cores)
   recipes       the recipes through the CLI on the device: `cotrain demo` (GRPO and RL Tango from the
                 committed sparse-world starts, rewards varying, so both models take optimizer steps), a tango
                 run SIGKILLed after its step-2 checkpoint and resumed, each other recipe's smoke config for
@@ -62,7 +65,7 @@ SIZES = {"gpu": {"prompts": 4, "group": 4, "prompt_len": 128, "completion_len": 
          "dry": {"prompts": 2, "group": 2, "prompt_len": 8, "completion_len": 8, "micro_batch": 2}}
 DECODE_ROWS = {"gpu": (16, 128), "dry": (2, 4)}
 MIN_SECONDS = {"versions": 1, "update_0.5b": 60, "update_1.5b": 120, "decode": 45, "checkpoint": 20, "lora": 30,
-               "vllm": 90, "compiled": 60, "offload_1.5b": 120, "recipes": 120}
+               "vllm": 90, "compiled": 60, "offload_1.5b": 120, "recipes": 120, "decode_tiny": 20}
 """A phase starts only with this much of the deadline left (the dry run divides by 30)."""
 
 
@@ -214,6 +217,49 @@ def phase_decode(ctx: dict) -> dict:
     alone = [generate(model, [p], **common) for p in prompts]  # each row decoded by itself: nothing to compact
     out["compaction_rows_ended_early"] = int((~batch.truncated).sum())
     out["compaction_equal"] = round(sum(_same_tokens(_row(batch, i), a) for i, a in enumerate(alone)) / rows, 4)
+    return out
+
+
+def phase_decode_tiny(ctx: dict) -> dict:
+    """The tiny preset's two decodes of a sparse-world tango step, timed apart: the generator's (8 prompts
+    of 30 tokens x 8 samples, 56 new tokens, sampled) and the verifier's (64 distinct prompts of 100-180
+    tokens, greedy, 160 new tokens); no eos, so every row runs to its limit. On the H200 a tango step's
+    verification took 5.9 s against the generation's 0.34 s (2 Zen 4 cores: 2.7 s and 0.49 s): ms per
+    decode step, host reads per token and the share of the time spent in the prompts' prefill tell where."""
+    import torch
+
+    from cotrain.config import ModelConfig
+    from cotrain.models.build import build_model
+    from cotrain.models.generate import generate
+
+    device = ctx["device"]
+    model, tok = build_model(ModelConfig(preset="tiny"), seed=0)
+    model.to(device).eval()
+    g = torch.Generator().manual_seed(0)
+    vocab = len(tok)
+    shapes = {"generator": ([torch.randint(10, vocab, (30,), generator=g).tolist() for _ in range(8)], 8, 56, False),
+              "verifier": ([torch.randint(10, vocab, (int(n),), generator=g).tolist()
+                            for n in torch.randint(100, 181, (64,), generator=g)], 1, 160, True)}
+    if ctx["mode"] == "dry":
+        shapes = {k: (prompts[:4], group, 8, greedy) for k, (prompts, group, _, greedy) in shapes.items()}
+    out = {}
+    for name, (prompts, group, steps, greedy) in shapes.items():
+        kwargs = {"max_new_tokens": steps, "eos_id": -1, "pad_id": tok.pad_token_id, "greedy": greedy, "seed": 0,
+                  "bf16": ctx["bf16"], "group_size": group}
+        generate(model, prompts, **kwargs)                                              # warm-up
+        _sync(device)
+        t0 = time.perf_counter()
+        ro = generate(model, prompts, **kwargs)
+        _sync(device)
+        total = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        generate(model, prompts, **{**kwargs, "max_new_tokens": 1})                       # the prefill alone
+        _sync(device)
+        prefill = time.perf_counter() - t0
+        syncs = _host_reads(functools.partial(generate, model, prompts, **kwargs), device)
+        out[name] = {"rows": int(ro.completion_ids.shape[0]), "s": round(total, 3),
+                     "ms_per_step": round(1000 * (total - prefill) / max(steps - 1, 1), 2),
+                     "prefill_s": round(prefill, 3), "syncs_per_token": round(syncs / steps, 2)}
     return out
 
 
@@ -515,7 +561,8 @@ class Models(dict):
 PHASES = {"versions": phase_versions, "update_0.5b": lambda ctx: phase_update(ctx, "small"),
           "update_1.5b": lambda ctx: phase_update(ctx, "large"), "decode": phase_decode,
           "checkpoint": phase_checkpoint, "lora": phase_lora, "vllm": phase_vllm, "compiled": phase_compiled,
-          "offload_1.5b": lambda ctx: phase_update(ctx, "large", offload=True), "recipes": phase_recipes}
+          "offload_1.5b": lambda ctx: phase_update(ctx, "large", offload=True), "recipes": phase_recipes,
+          "decode_tiny": phase_decode_tiny}
 
 
 def run_phase(name: str, ctx: dict, deadline: float) -> dict:

@@ -129,7 +129,7 @@ minute); `make test-heavy` runs both (tests/test_models.py checks compiled decod
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phases", [DRY_PHASES, pytest.param(DRY_PHASES + ",compiled,recipes", marks=pytest.mark.heavy)],
+@pytest.mark.parametrize("phases", [DRY_PHASES, pytest.param(DRY_PHASES + ",compiled,recipes,decode_tiny", marks=pytest.mark.heavy)],
                          ids=["make-test", "every-phase"])
 def test_gpu_smoke_dry_run(tmp_path, phases):
     """The GPU smoke check at nano shapes on the CPU, so that it cannot rot before a GPU comes: every phase
