@@ -929,3 +929,13 @@ def test_wordproblems_bad_knobs_are_user_errors(knobs):
 
     with pytest.raises(UserError, match="wordproblems"):
         make_task("wordproblems", **knobs)
+
+
+def test_early_stop_metrics_by_hand():
+    """5 samples: complete [T, F, F, T, F], right [T, T, F, F, F]: 3 of 5 stop early (0.6); of the 2 right
+    ones, 1 stopped early (0.5); with no right sample the second metric is left out."""
+    from cotrain.train.rollout import early_stop_metrics
+
+    got = early_stop_metrics([True, False, False, True, False], [True, True, False, False, False])
+    assert got == pytest.approx({"gen/early_stop": 0.6, "gen/early_stop_right": 0.5})
+    assert early_stop_metrics([True, False], [False, False]) == {"gen/early_stop": 0.5}

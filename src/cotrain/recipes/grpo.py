@@ -37,7 +37,15 @@ from cotrain.rl.losses import group_advantages
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks import make_task
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics, rollout_tokens, step_shape_metrics
+from cotrain.train.rollout import (
+    Sampler,
+    complete_solutions,
+    early_stop_metrics,
+    reward_metrics,
+    rollout_metrics,
+    rollout_tokens,
+    step_shape_metrics,
+)
 from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import generator_update
 
@@ -90,7 +98,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         metrics = {
             **reward_metrics("gen", rewards, g.group_size),
             "gen/acc": (rewards >= 1).float().mean().item(),
-            "gen/early_stop": 1 - sum(complete_solutions(task, problems, texts)) / len(texts), **step_shape_metrics(task, texts),
+            **early_stop_metrics(complete_solutions(task, problems, texts), (rewards >= 1).tolist()),
+            **step_shape_metrics(task, texts),
             "gap/majority": majority_gap([task.extract_answer(t) for t in texts], (rewards >= 1).tolist(),
                                          g.group_size, getattr(task, "answers_equal", None)),
             **rollout_metrics("gen", ro),  # the sampler's entropy, over all rows

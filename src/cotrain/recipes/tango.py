@@ -203,7 +203,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **reward_metrics("gen", rewards, g.group_size),
             **cotrain_monitors(parsed, correct, [task.extract_answer(t) for t in texts], g.group_size,
                                getattr(task, "answers_equal", None)),
-            **step_monitors(task, problems, texts, parsed, complete),
+            **step_monitors(task, problems, texts, parsed, complete, correct),
             **rollout_metrics("gen", ro),
             "gen/lr": sched.get_last_lr()[0],
             "gen/alpha": alpha,

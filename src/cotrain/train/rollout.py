@@ -125,6 +125,18 @@ def complete_solutions(task, problems: list, texts: list[str]) -> list[bool]:
     return out
 
 
+def early_stop_metrics(complete: list[bool], correct: list[bool]) -> dict[str, float]:
+    """`gen/early_stop`: the share of samples with no answer or fewer steps than their problem needs; and
+    `gen/early_stop_right`: the share of the right samples among them (a right answer written after fewer
+    steps than the problem has: GRPO pays it, a construction that scores completeness blames it), left
+    out where no sample is right."""
+    right = [c for c, ok in zip(complete, correct, strict=True) if ok]
+    out = {"gen/early_stop": 1 - sum(complete) / max(len(complete), 1)}
+    if right:
+        out["gen/early_stop_right"] = 1 - sum(right) / len(right)
+    return out
+
+
 def step_shape_metrics(task, texts: list[str]) -> dict[str, float]:
     """How the samples lay their solutions out: `gen/step_lines`, the mean number of lines before the
     answer (`roles.verifier.split_steps`), and where the task counts the steps of work (`count_steps`)

@@ -38,7 +38,7 @@ from cotrain.roles.verifier import Verification, parse, reference_pair, referenc
 from cotrain.runs.rundir import Progress
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
-from cotrain.train.rollout import reward_metrics, rollout_metrics, rollout_tokens, step_shape_metrics
+from cotrain.train.rollout import early_stop_metrics, reward_metrics, rollout_metrics, rollout_tokens, step_shape_metrics
 from cotrain.train.setup import derive_seed, initial_verifier, make_optimizer, sample_batch
 from cotrain.train.update import policy_update, supervised_step
 
@@ -148,13 +148,13 @@ def oracle_verifications(task, problems: list, texts: list[str], correct: list[b
 
 
 def step_monitors(task, problems: list, texts: list[str], parsed: list[Verification],
-                  complete: list[bool]) -> dict[str, float]:
+                  complete: list[bool], correct: list[bool]) -> dict[str, float]:
     """The verifier's step verdicts on the generator's samples against the task's process labels (read by
     these metrics alone): `cotrain/step_approve_right`, `cotrain/step_catch` and `cotrain/step_catch/<kind>`
     (its catch of false steps, by fault where the task names them), `cotrain/first_false_agree`; and
-    `gen/early_stop`, the share of samples with no answer or fewer steps than their problem needs, with
-    the solutions' layout (`step_shape_metrics`)."""
-    out = {"gen/early_stop": 1 - sum(complete) / max(len(complete), 1), **step_shape_metrics(task, texts)}
+    `gen/early_stop` and `gen/early_stop_right` (`early_stop_metrics`), with the solutions' layout
+    (`step_shape_metrics`)."""
+    out = {**early_stop_metrics(complete, correct), **step_shape_metrics(task, texts)}
     if not hasattr(task, "step_labels"):
         return out
     steps = [[line for _, line in split_steps(t)] for t in texts]
