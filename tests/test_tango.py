@@ -327,6 +327,24 @@ def test_a_noisy_oracle_trains_the_generator_under_each_construction(sft_run, tm
     assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
 
 
+def test_process_advantages_only_in_mixed_groups_train_what_grpo_trains(sft_run, tmp_path):
+    """`cotraining.process_groups: mixed`: a group whose samples are all right or all wrong gets no process
+    advantage, so it trains not at all, as under GRPO: the share of groups trained is the share with a
+    reward spread, every step; with `all` (RL Tango) every group with a usable verdict trains."""
+    start = sft_run[0]
+    base = {"alpha": 0.5, "alpha_schedule": "constant", "credit": "first_error"}
+    rows = {}
+    for groups in ("mixed", "all"):
+        raw = tango_config(start, tango={**base, "process_groups": groups}, verifier={"source": "oracle"},
+                           train={"steps": 2}, eval={"k": 0, "n": 10, "every": 0}, checkpoint={"every": 0})
+        run_recipe(build_config(raw), tmp_path / groups)
+        rows[groups] = [r for r in _rows(tmp_path / groups) if "gen/alpha" in r]
+    assert len(rows["mixed"]) == 2
+    assert all(r["gen/frac_groups_trained"] == pytest.approx(1 - r["gen/frac_reward_zero_std"]) for r in rows["mixed"])
+    assert any(r["gen/frac_reward_zero_std"] > 0 for r in rows["mixed"]), "the test needs a group without a spread"
+    assert all(r["gen/frac_groups_trained"] > 1 - r["gen/frac_reward_zero_std"] for r in rows["all"])
+
+
 def test_the_cli_refuses_an_oracle_where_no_step_verdicts_are_read(tmp_path):
     """A label-free recipe, or one that reads no step verdicts, refuses `verifier.source: oracle` in one line
     with exit 2, before any model is built."""

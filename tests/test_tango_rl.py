@@ -13,6 +13,7 @@ from cotrain.rl.tango import (
     generator_rewards,
     mix_advantages,
     most_uncertain,
+    only_mixed_groups,
     process_advantages,
     reliability,
     step_rewards,
@@ -280,3 +281,14 @@ def test_under_first_error_right_steps_earn_nothing_and_a_wrong_solution_is_not_
     assert got.max() == 0 and got[0, :6].abs().sum() == 0 and got[1, 6:].abs().sum() == 0
     assert torch.equal(got[0, 6:8], torch.full((2,), -1.0)) and got[0, 8:].abs().sum() == 0
     assert torch.equal(got[1, :2], torch.full((2,), -1.0))
+
+
+def test_only_mixed_groups_by_hand():
+    """G = 2, three groups: rewards (1, 0) mixed, (0, 0) all wrong, (1, 1) all right. Only the first group's
+    process advantages stay; the others become 0 (so those groups, whose outcome advantages are 0 too, do
+    not train)."""
+    process = torch.arange(12, dtype=torch.float32).view(6, 2) - 5                    # [N=6, T=2]
+    got = only_mixed_groups(process, torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0]), group_size=2)
+    want = process.clone()
+    want[2:] = 0
+    assert torch.equal(got, want)

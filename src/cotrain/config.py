@@ -274,6 +274,10 @@ class CoTrainingConfig(_Section):
     w_catch: float = Field(1.0, ge=0, description="GAR: the verifier's bonus for catching an incorrect solution.")
     w_approve: float = Field(0.5, ge=0, description="GAR: the generator's bonus for a correct, approved solution.")
     eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
+    process_groups: Literal["all", "mixed"] = Field("all", description=(
+        "Which groups get the process advantage. all: every group (RL Tango), so groups whose samples are all "
+        "wrong train on the verdicts alone. mixed: only groups holding right and wrong samples; the others train "
+        "not at all, as under GRPO."))
     credit: Literal["to_go", "min", "final", "min_final", "first_error"] = Field("to_go", description=(
         "How step rewards become each token's process advantage (rl/tango.py). to_go: the sum of the z-normalised "
         "step rewards at and after the token (RL Tango). min: the minimum of the +-1 step rewards (PURE's min-form). "

@@ -75,7 +75,7 @@ from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifier_during, injected_heldout
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
-from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, reliability, verdict_counts
+from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, only_mixed_groups, reliability, verdict_counts
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
@@ -178,6 +178,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
         s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size,
                                                             tg.credit, complete)           # [B*G, T]
+        if tg.process_groups == "mixed":
+            process_adv = only_mixed_groups(process_adv, rewards, g.group_size)
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
         if tg.alpha_schedule == "auto":  # any rejected step rejects the solution
             window = [*window, verdict_counts([x.final is True and all(x.steps) for x in parsed], correct)][-5:]

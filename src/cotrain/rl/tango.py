@@ -173,6 +173,14 @@ def first_error_advantages(rewards: list[list[float] | None], ends: list[list[in
     return out
 
 
+def only_mixed_groups(process: torch.Tensor, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The process advantages [N, T] with every group whose outcome rewards [N] are all equal set to 0
+    (`cotraining.process_groups: mixed`): such a group then trains not at all, as under GRPO, and the process
+    term only redistributes credit inside groups that hold both right and wrong samples."""
+    mixed = rewards.view(-1, group_size).float().std(dim=1, unbiased=False) > 0                  # [B]
+    return process * mixed.repeat_interleave(group_size).to(process.dtype)[:, None]
+
+
 def flip_verdicts(labels: list[bool], fp: float, fn: float, rng) -> list[bool]:
     """A noisy oracle's verdicts: each False label approved with probability `fp`, each True label rejected
     with probability `fn` (one `rng.random()` draw per label, in order, whatever the rates).
