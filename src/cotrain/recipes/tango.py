@@ -178,7 +178,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
         s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size,
                                                             tg.credit, complete)           # [B*G, T]
-        if tg.process_groups == "mixed":
+        if tg.process_groups == "mixed":  # all-right and all-wrong groups: untrained, as under GRPO
             process_adv = only_mixed_groups(process_adv, rewards, g.group_size)
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
         if tg.alpha_schedule == "auto":  # any rejected step rejects the solution
@@ -213,10 +213,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/process_usable": sum(r is not None for r in s_rewards) / len(s_rewards),
             "gen/adv_process_abs": masked_mean(process_adv.abs(), ro.completion_mask).item(),
             **{f"gen/{k}": x for k, x in st.items() if "tokens" not in k},
-            "cotrain/format": sum(x.format for x in parsed) / len(parsed),
-            "cotrain/distinct_verified": distinct,
-            "tokens/gen_generated": generated,
-            "tokens/gen_trained": st["tokens_trained"],
+            "cotrain/format": sum(x.format for x in parsed) / len(parsed), "cotrain/distinct_verified": distinct,
+            "tokens/gen_generated": generated, "tokens/gen_trained": st["tokens_trained"],
             **mean_metrics(ver_metrics),
             **compute.metrics(),
         }
