@@ -390,3 +390,7 @@ def test_an_oracle_run_without_steps_measures_its_world_for_the_worlds_table(sft
     if m.get("process/n_failed"):
         assert m["process/first_rejected_match"] == 1.0
     assert "| nano |" in world_table(tmp_path / "worlds")
+    # eval.n_sampled 0: the run's end samples nothing more (a ceiling run of SmolLM2 had spent 1,600 samples here)
+    raw["eval"]["n_sampled"] = 0
+    run_recipe(build_config(raw), tmp_path / "none")
+    assert "oracle" not in json.loads((tmp_path / "none" / "eval.json").read_text())

@@ -442,15 +442,17 @@ def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
     `eval.k: 0` the generator's own evaluation samples nothing more), the share of all-wrong groups
     (`all_wrong@k`), where failed samples first go wrong (`process/first_false_not_last`), and what
     `evaluate_verifiers` reports of the verdicts (noisy: at its rates). A run with `train.steps: 0` so
-    measures a start for `cotrain study --worlds` at the cost of the samples alone."""
+    measures a start for `cotrain study --worlds` at the cost of the samples alone. With `eval.n_sampled: 0`
+    nothing is measured (it had fallen back to `cotraining.eval_n` problems x 8 samples: 1,600 SmolLM2
+    solutions, longer than the run's own evaluation, at the end of every ceiling run)."""
     split, ekw = cfg.eval.splits[0], cfg.eval_settings()
-    if split not in task.splits:
+    if split not in task.splits or not cfg.eval.n_sampled:
         return {}
 
     def judge(problems, texts, correct):
         return oracle_verifications(task, problems, texts, correct, cfg.verifier, derive_seed(cfg.seed, "oracle-eval"))
 
-    scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=cfg.eval.n_sampled or cfg.cotraining.eval_n,
+    scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=cfg.eval.n_sampled,
                                 k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
                                 gen_max_new_tokens=ekw["max_new_tokens"],
                                 ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=ekw["batch_size"],
