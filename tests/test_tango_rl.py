@@ -15,12 +15,12 @@ from cotrain.rl.tango import (
     most_uncertain,
     only_mixed_groups,
     process_advantages,
-    reliability,
     step_rewards,
     step_token_ends,
     unscaled,
     verdict_counts,
     verifier_rewards,
+    verifier_trust,
 )
 
 
@@ -156,7 +156,7 @@ def test_reliability_by_hand():
     """Window of two steps, pooled: approved 9 of 10 correct (TPR 0.9), rejected 8 of 10 incorrect
     (TNR 0.8). BA = 0.85; m = sqrt(0.9 * 0.1 / 10 + 0.8 * 0.2 / 10) = sqrt(0.025) = 0.158114;
     r = (0.85 - 0.5 - 0.158114) / (0.9 - 0.5 - 0.158114) = 0.191886 / 0.241886 = 0.793291."""
-    r, ba, m = reliability([(4, 5, 3, 4), (5, 5, 5, 6)], previous=0.0)
+    r, ba, m = verifier_trust([(4, 5, 3, 4), (5, 5, 5, 6)], previous=0.0)
     assert ba == pytest.approx(0.85)
     assert m == pytest.approx(0.1581139, abs=1e-7)
     assert r == pytest.approx(0.7932910, abs=1e-6)
@@ -164,16 +164,16 @@ def test_reliability_by_hand():
 
 def test_reliability_is_zero_at_chance_one_when_sure_and_kept_on_one_class():
     # a verifier approving everything: TPR 1, TNR 0, BA 0.5, m 0 -> r = 0
-    assert reliability([(6, 6, 0, 10)], previous=0.7)[0] == 0.0
+    assert verifier_trust([(6, 6, 0, 10)], previous=0.7)[0] == 0.0
     # rejecting everything likewise
-    assert reliability([(0, 6, 10, 10)], previous=0.7)[0] == 0.0
+    assert verifier_trust([(0, 6, 10, 10)], previous=0.7)[0] == 0.0
     # perfect verdicts on 50 + 50 samples: BA 1, m 0 -> r = 1 (clipped from 1.25)
-    assert reliability([(50, 50, 50, 50)], previous=0.0)[0] == 1.0
+    assert verifier_trust([(50, 50, 50, 50)], previous=0.0)[0] == 1.0
     # BA 0.95 on 2 + 2 samples is not measurably better than chance: m = sqrt(0/2 + 0.25/2) ... TPR 1, TNR 0.5
     # -> BA 0.75, m = sqrt(0 + 0.5 * 0.5 / 2) = 0.353553, room 0.046447, (0.75 - 0.853553) < 0 -> 0
-    assert reliability([(2, 2, 1, 2)], previous=0.4)[0] == 0.0
+    assert verifier_trust([(2, 2, 1, 2)], previous=0.4)[0] == 0.0
     # the current step holds one class: r stays the previous one, BA unknown
-    r, ba, _ = reliability([(50, 50, 50, 50), (3, 8, 0, 0)], previous=0.4)
+    r, ba, _ = verifier_trust([(50, 50, 50, 50), (3, 8, 0, 0)], previous=0.4)
     assert r == 0.4 and math.isnan(ba)
 
 

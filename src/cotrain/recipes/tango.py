@@ -22,7 +22,7 @@ Algorithm (Zha et al. 2025, "RL Tango"; formulas in docs/design.md):
             generator w_approve for a correct solution the verifier approves.
 
 `cotraining.alpha: auto` (ours, not the paper's): the paper's schedule times the verifier's measured
-reliability r_t in [0, 1] (rl/tango.py `reliability`: 0 for a verifier no measurably better than
+reliability r_t in [0, 1] (rl/tango.py `verifier_trust`: 0 for a verifier no measurably better than
 chance on the generator's current samples, 1 from 0.9 balanced accuracy), so that a verifier that
 cannot check leaves the update GRPO's.
 
@@ -75,7 +75,7 @@ from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifier_during, injected_heldout
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
-from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, only_mixed_groups, reliability, verdict_counts
+from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, only_mixed_groups, verdict_counts, verifier_trust
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
@@ -183,7 +183,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
         if tg.alpha_schedule == "auto":  # any rejected step rejects the solution
             window = [*window, verdict_counts([x.final is True and all(x.steps) for x in parsed], correct)][-5:]
-            trust, trust_ba, _ = reliability(window, trust)
+            trust, trust_ba, _ = verifier_trust(window, trust)
             alpha *= trust
         advantages = mix_advantages(outcome_adv, process_adv, alpha)                      # [B*G, T]
         timer.lap("reward")

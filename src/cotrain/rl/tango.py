@@ -207,7 +207,7 @@ def alpha_at(step: int, total: int, alpha0: float, schedule: str = "constant", f
     constant: alpha0. exp (RL Tango's schedule, as its code computes it): max(final, alpha0 *
     exp(-k (step - 1))) with k = ln(alpha0 / final) / total: alpha0 at the first step, decaying
     exponentially to reach `final` one step after the last. auto: the exp schedule; the recipe then
-    multiplies it by the verifier's measured `reliability`.
+    multiplies it by the verifier's measured trust (`verifier_trust`).
     """
     if schedule == "constant" or alpha0 <= 0:
         return alpha0
@@ -231,8 +231,9 @@ def verdict_counts(approved: list[bool], correct: list[bool]) -> tuple[int, int,
     return tp, n_pos, tn, len(correct) - n_pos
 
 
-def reliability(window: list[tuple[int, int, int, int]], previous: float) -> tuple[float, float, float]:
-    """The verifier's measured reliability r in [0, 1], with the balanced accuracy and dead zone behind it.
+def verifier_trust(window: list[tuple[int, int, int, int]], previous: float) -> tuple[float, float, float]:
+    """The verifier's measured trust r in [0, 1] (`cotraining.alpha: auto`), with the balanced accuracy and dead
+    zone behind it. ("reliability" names the label-free recipe alone.)
 
     Over the pooled counts of the window (`verdict_counts` of the last steps, the current one last):
     BA = (TPR + TNR) / 2, m = 2 standard errors of BA = sqrt(TPR(1-TPR)/n_pos + TNR(1-TNR)/n_neg), and
