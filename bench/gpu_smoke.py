@@ -196,12 +196,8 @@ def phase_decode(ctx: dict) -> dict:
     for rows in DECODE_ROWS[ctx["mode"]]:
         kwargs = {"max_new_tokens": steps, "eos_id": -1, "pad_id": tok.pad_token_id, "temperature": 1.0, "seed": 0,
                   "bf16": bf16, "group_size": rows}
-        generate(model, [prompt], **kwargs)                                             # warm-up
-        _sync(device)
-        t0 = time.perf_counter()
-        ro = generate(model, [prompt], **kwargs)
-        _sync(device)
-        out[f"ms_per_step_{rows}"] = round(1000 * (time.perf_counter() - t0) / steps, 2)
+        seconds, ro = _timed_generate(model, [prompt], kwargs, device)
+        out[f"ms_per_step_{rows}"] = round(1000 * seconds / steps, 2)
         syncs = _host_reads(functools.partial(generate, model, [prompt], **kwargs), device)
         out[f"syncs_per_token_{rows}"] = round(syncs / max(int(ro.lengths.max()), 1), 2)
     # an eos that ends rows at different steps: the greedy token of the first row at its fourth step. In
@@ -246,21 +242,26 @@ def phase_decode_tiny(ctx: dict) -> dict:
     for name, (prompts, group, steps, greedy) in shapes.items():
         kwargs = {"max_new_tokens": steps, "eos_id": -1, "pad_id": tok.pad_token_id, "greedy": greedy, "seed": 0,
                   "bf16": ctx["bf16"], "group_size": group}
-        generate(model, prompts, **kwargs)                                              # warm-up
-        _sync(device)
-        t0 = time.perf_counter()
-        ro = generate(model, prompts, **kwargs)
-        _sync(device)
-        total = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        generate(model, prompts, **{**kwargs, "max_new_tokens": 1})                       # the prefill alone
-        _sync(device)
-        prefill = time.perf_counter() - t0
+        total, ro = _timed_generate(model, prompts, kwargs, device)
+        prefill, _ = _timed_generate(model, prompts, {**kwargs, "max_new_tokens": 1}, device, warm_up=False)
         syncs = _host_reads(functools.partial(generate, model, prompts, **kwargs), device)
         out[name] = {"rows": int(ro.completion_ids.shape[0]), "s": round(total, 3),
                      "ms_per_step": round(1000 * (total - prefill) / max(steps - 1, 1), 2),
                      "prefill_s": round(prefill, 3), "syncs_per_token": round(syncs / steps, 2)}
     return out
+
+
+def _timed_generate(model, prompts: list, kwargs: dict, device, warm_up: bool = True):
+    """(seconds, rollout) of one `generate` call, after a warm-up call, the device synchronised around it."""
+    from cotrain.models.generate import generate
+
+    if warm_up:
+        generate(model, prompts, **kwargs)
+    _sync(device)
+    t0 = time.perf_counter()
+    ro = generate(model, prompts, **kwargs)
+    _sync(device)
+    return time.perf_counter() - t0, ro
 
 
 HOST_READS = ("item", "__bool__", "cpu", "tolist", "numpy", "__int__", "__float__", "nonzero")

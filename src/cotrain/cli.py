@@ -316,8 +316,7 @@ def cmd_demo(args) -> int:
     acc = {name: [r["generator"].get(s, {}).get("pass@1", float("nan")) for s in splits] for name, r in results.items()}
     base, arm = names[0], names[-1]  # the demo's baseline and its co-training arm, in the order demo.yaml runs them
     found = _demo_findings(out / arm, base, arm, acc, splits, n, steps, args.seed)
-    headline = [line for rel in ([] if args.from_scratch else spec["starts"]["studies"][:1])
-                for line in (documented(_study_path(rel), arm, steps) if _study_path(rel) else [])]
+    headline = [line for study in studies for line in documented(study, arm, steps)]  # the first study's
     paths.append(build_report([out / n for n in names] + studies, out / "report.html",
                               summary=(found + [f"documented over seeds ({spec['starts']['studies'][0]}): {line}"
                                                 for line in headline], out / "demo.png")))
