@@ -294,6 +294,7 @@ def test_two_process_tango_completes_and_equals_one_process(sft_run, tmp_path, f
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # two process starts (about 9 s); make test keeps its 10 minutes on the slowest CPU kind
 def test_a_user_error_on_rank_0_reaches_every_rank(grpo_one):
     """A refused run directory (rank 0 checks it) ends both processes with the one-line error."""
     cfg, one = grpo_one

@@ -5,6 +5,7 @@ switched off, no copy) before and after training; a saved LoRA model is a plain 
 loads anywhere, plus its adapter, which a resumed run restores exactly.
 """
 import copy
+import shutil
 import sys
 
 import pytest
@@ -206,6 +207,17 @@ def test_lora_model_saves_as_a_plain_merged_model_and_restores_its_adapter(tmp_p
     other = prepare_for_training(build_model(cfg, seed=1)[0], cfg, "cpu")
     with pytest.raises(UserError, match="frozen base differs"):
         load_weights(other, tmp_path / "m")
+
+    # model.lora_init: a fresh model starts from the saved adapter, or from the adapter alone (a committed start)
+    shutil.copytree(tmp_path / "m" / "adapter", tmp_path / "alone" / "adapter")
+    for start in (tmp_path / "m", tmp_path / "alone"):
+        started_cfg = cfg.model_copy(update={"lora_init": str(start)})
+        started = prepare_for_training(build_model(cfg, seed=0)[0], started_cfg, "cpu").eval()
+        assert torch.equal(_logp(started, tok), _logp(model, tok)), start
+    with pytest.raises(UserError, match="holds no LoRA adapter"):
+        prepare_for_training(build_model(cfg, seed=0)[0], cfg.model_copy(update={"lora_init": str(tmp_path)}), "cpu")
+    with pytest.raises(ValueError, match="lora_init starts LoRA adapters"):
+        ModelConfig(preset="nano", lora_init=str(tmp_path / "alone"))
 
 
 def test_lora_errors_are_one_line(monkeypatch):

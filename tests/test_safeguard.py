@@ -140,6 +140,7 @@ def test_a_judge_always_trusted_trains_as_without_the_safeguard(sft_run, warm_ve
     assert _changed(start / "final" / "generator", tmp_path / "guarded" / "final" / "generator")
 
 
+@pytest.mark.heavy  # about 9 s; the label-free recipes' own SIGKILL-then-resume runs are heavy too
 def test_a_guarded_run_killed_and_resumed_equals_the_unbroken_one(sft_run, warm_verifier, tmp_path):
     """The gate's state (smoothed separation, start entropy, counts) survives SIGKILL: a probe after the
     resume sees what the unbroken run's saw. The KL limit is set where the start's solver stays whole

@@ -82,6 +82,10 @@ class ModelConfig(_Section):
     lora_target: list[str] | str = Field("all-linear", description=(
         "Modules that get adapters: 'all-linear' (every linear layer but the output head) or a list of "
         "module names, e.g. [q_proj, v_proj]."))
+    lora_init: str | None = Field(None, description=(
+        "Start the LoRA adapters from this saved adapter instead of fresh ones: a directory holding `adapter/` "
+        "(a run's saved model, or a committed start of the adapter alone) on the same base; lora_r, lora_alpha "
+        "and lora_target must be the adapter's."))
     device: str | None = Field(None, description=(
         "Device of this model: cpu, cuda, cuda:N or mps (default: cuda if available, else cpu)."))
 
@@ -105,6 +109,8 @@ class ModelConfig(_Section):
         self.check_device(self.device)
         if not self.lora_target or (isinstance(self.lora_target, list) and not all(self.lora_target)):
             raise ValueError("lora_target must be 'all-linear' or a non-empty list of module names, e.g. [q_proj, v_proj]")
+        if self.lora_init and not self.lora_r:
+            raise ValueError("lora_init starts LoRA adapters: set lora_r (and lora_alpha, lora_target) to the adapter's")
         return self
 
 

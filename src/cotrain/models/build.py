@@ -306,6 +306,8 @@ def prepare_for_training(model: PreTrainedModel, cfg: ModelConfig, device: str |
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if cfg.lora_r > 0:
         model = apply_lora(model, cfg)
+        if cfg.lora_init:
+            load_adapter(model, Path(cfg.lora_init))
     return model
 
 

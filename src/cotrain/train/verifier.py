@@ -358,6 +358,7 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
     pairs += [(p, p.solution) for p in problems[n_corrupt:n_corrupt + n_clean] if p.solution]
     sampled = problems[n_corrupt + n_clean:]
     model.eval()
+    progress = Progress(len(sampled), enabled=cfg.log.progress and dist.is_main(), desc="verifier warm-up (samples)")
     for i in range(0, len(sampled), cfg.eval.batch_size):
         chunk = sampled[i:i + cfg.eval.batch_size]
         ro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in chunk]),
@@ -366,6 +367,8 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
                       bf16=cfg.train.bf16)
         compute.add("gen", forward=rollout_tokens(ro)[0])
         pairs += zip(chunk, decode_completions(tokenizer, ro.completion_ids, ro.completion_mask))
+        progress.update(i + len(chunk))
+    progress.close()
     model.train()
     return pairs
 
