@@ -17,7 +17,10 @@ group advantages, one PPO-clip update), with everything else held equal:
               top-p/top-k, at most L new tokens, stop at eos;
               advantages (r - mean_g) / (std_g + 1e-4); loss "grpo" (mean over sequences of each
               sequence's token mean), beta 0 (no reference model), eps 0.2, one optimizer step per
-              generated batch (num_iterations 1, steps_per_generation 1, no accumulation)
+              generated batch (num_iterations 1); the update's forward and backward in micro-batches
+              of M rows, gradients accumulated over the batch (tiny: M = P x G, one pass; smollm2 8:
+              cotrain's train.micro_batch_size, TRL's gradient_accumulation_steps = steps_per_generation
+              = P x G / M)
   optimizer   torch AdamW (betas 0.9, 0.95; eps 1e-8; no weight decay), lr constant (tiny 1e-4, smollm2
               2e-6, as its config), no warm-up,
               grad-norm clip 1.0; no gradient checkpointing (TRL's default turns it on)
@@ -62,11 +65,12 @@ WORLDS = {
     # characters plus eos ("1-9=-8\n-8-9=-17\n#-17"), so L = 24 truncates only rambling samples.
     # Training pool 2,000 (the 1-2-op space has ~3,400 train questions).
     "tiny": {"task": {"name": "arith", "n_ops": [1, 2], "max_operand": 9}, "n_problems": 2000, "lr": 1e-4,
-             "temperature": 1.0, "steps": 20, "prompts": 16, "max_len": 24},
+             "temperature": 1.0, "steps": 20, "prompts": 16, "max_len": 24, "micro_batch": None},
     # configs/real/smollm2_cpu_grpo.yaml's world and settings: one-step word problems, sampled accuracy
-    # about 0.36 at the start (mixed groups), completions of about 100 tokens.
+    # about 0.2 at the start (mixed groups), completions of about 90 tokens; the update in micro-batches
+    # of 8 rows, as that config's (a forward of all 32 rows at once holds 32 x 230 x 49,152 logits).
     "smollm2": {"task": {"name": "wordproblems", "n_steps": [1, 1], "max_number": 10}, "n_problems": 5000,
-                "lr": 2e-6, "temperature": 0.7, "steps": 12, "prompts": 4, "max_len": 128},
+                "lr": 2e-6, "temperature": 0.7, "steps": 12, "prompts": 4, "max_len": 128, "micro_batch": 8},
 }
 # The starting model: a short SFT that leaves the sampled (temperature 1) accuracy in the middle,
 # so that most groups have mixed rewards and GRPO has a gradient. Independent of --seed.
@@ -81,6 +85,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, help="P: prompts per step (tiny 16, smollm2 4)")
     ap.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
     ap.add_argument("--max-len", type=int, help="L: completion length limit in tokens (tiny 24, smollm2 128)")
+    ap.add_argument("--micro-batch", type=int, help="rows per forward and backward of the update, the gradient "
+                    "accumulated over the batch's P x G (tiny: all at once, smollm2 8)")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (default: fp32)")
     ap.add_argument("--seed", type=int, default=0, help="seed of both runs (the starting model is fixed)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads of each side")
@@ -90,6 +96,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.steps = world["steps"] if args.steps is None else args.steps
     args.prompts = world["prompts"] if args.prompts is None else args.prompts
     args.max_len = world["max_len"] if args.max_len is None else args.max_len
+    args.micro_batch = (world["micro_batch"] or args.prompts * args.group_size) if args.micro_batch is None else args.micro_batch
+    assert (args.prompts * args.group_size) % args.micro_batch == 0, "--micro-batch must divide P x G"
     assert args.steps >= 2, "--steps must be at least 2: step 1 is a warm-up left out of the timings"
     return args
 
@@ -107,7 +115,8 @@ def grpo_config(args, run_dir: Path | None = None):
         "task": dict(world["task"]),
         "train": {"steps": args.steps, "batch_size": args.prompts * args.group_size, "lr": world["lr"],
                   "warmup_steps": 0, "schedule": "constant", "betas": [0.9, 0.95], "weight_decay": 0.0,
-                  "max_grad_norm": 1.0, "bf16": args.bf16, "n_problems": world["n_problems"]},
+                  "max_grad_norm": 1.0, "bf16": args.bf16, "n_problems": world["n_problems"],
+                  "micro_batch_size": args.micro_batch},
         "grpo": {"group_size": args.group_size, "max_new_tokens": args.max_len, "temperature": world["temperature"],
                  "top_p": 1.0, "beta": 0.0, "epsilon": 0.2, "loss_type": "grpo", "scale_rewards": "group",
                  "num_iterations": 1, "num_minibatches": 1, "mask_truncated": False},
@@ -249,12 +258,13 @@ def run_trl(args) -> dict:
 
     run_dir = OUT / "trl"
     shutil.rmtree(run_dir, ignore_errors=True)
+    accumulate = args.prompts * args.group_size // args.micro_batch
     config = GRPOConfig(
         output_dir=str(run_dir), seed=args.seed, use_cpu=True, bf16=args.bf16, fp16=False,
         max_steps=args.steps, report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True,
-        # one optimizer step = one generation batch of P prompts x G completions
-        per_device_train_batch_size=args.prompts * args.group_size, gradient_accumulation_steps=1,
-        steps_per_generation=1, num_generations=args.group_size, num_iterations=1, shuffle_dataset=False,
+        # one optimizer step = one generation batch of P prompts x G completions, in micro-batches
+        per_device_train_batch_size=args.micro_batch, gradient_accumulation_steps=accumulate,
+        steps_per_generation=accumulate, num_generations=args.group_size, num_iterations=1, shuffle_dataset=False,
         max_completion_length=args.max_len, temperature=world["temperature"], top_p=1.0, top_k=0,
         beta=0.0, epsilon=0.2, loss_type="grpo", scale_rewards="group", mask_truncated_completions=False,
         learning_rate=world["lr"], lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
@@ -323,7 +333,7 @@ def summarize(r: dict) -> dict:
 def run_side(args, side: str) -> dict:
     """One side in a fresh interpreter; its output goes to bench/out/<side>.log."""
     argv = [sys.executable, __file__, "--side", side, "--model", args.model, "--steps", str(args.steps),
-            "--prompts", str(args.prompts),
+            "--prompts", str(args.prompts), "--micro-batch", str(args.micro_batch),
             "--group-size", str(args.group_size), "--max-len", str(args.max_len), "--seed", str(args.seed),
             "--threads", str(args.threads)] + (["--bf16"] if args.bf16 else [])
     log = OUT / f"{side}.log"
@@ -367,6 +377,7 @@ def main(argv=None) -> None:
     else:
         print(f"start model: {start_dir(args)} (SmolLM2-135M-Instruct as published; {WORLDS[args.model]['task']})")
     print(f"config: model={args.model} steps={args.steps} prompts={args.prompts} group_size={args.group_size} "
+          f"micro_batch={args.micro_batch} "
           f"max_len={args.max_len} bf16={args.bf16} seed={args.seed} threads={args.threads} | "
           f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}", flush=True)
     load_before = os.getloadavg()[0]
