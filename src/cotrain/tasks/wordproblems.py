@@ -187,6 +187,36 @@ def story_step_faults(problem: Problem, steps: tuple[str, ...] | list[str]) -> l
     return out
 
 
+def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
+    """A verifier's rationale for each step: every equation in it recomputed ("12 - 4 is 8"), after a note
+    where the story does not allow it: an operand that is neither a quantity of the story nor a result
+    stated before ("6 is not given"), or an operation the story does not call for ("the story does not
+    call for 12 + 4"). The verdict then reads off the line: a note, or a recomputed result that is not the
+    stated one. A step without an equation gets an empty rationale (it computes nothing). The checks are
+    `story_step_faults`'s, in its order. Never raises.
+
+    Example (the story of `story_step_faults`, "Mia has 7 pencils. She gets 5 more pencils. She gives away
+    4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 9") give ["6 is not given; 7 + 6 is 13", "13 - 4 is 9"].
+    """
+    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
+    products, gains, losses = _events(problem)
+    available = set(quantities)
+    out = []
+    for step in steps:
+        parts = []
+        for a, op, b, c in stated_equations(step):
+            missing = [x for x in (a, b) if x not in available]
+            if missing:
+                parts.append(f"{missing[0]} is not given")
+            elif not (op == "*" and frozenset((a, b)) in products or op == "+" and (a in gains or b in gains)
+                      or op == "-" and b in losses):
+                parts.append(f"the story does not call for {a} {op} {b}")
+            parts.append(f"{a} {op} {b} is {APPLY[op](a, b)}")
+            available.add(c)
+        out.append("; ".join(parts))
+    return out
+
+
 def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
     """The reference solution with a wrong result stated at step k (or at each step of a list), every
     later step computing correctly from the previous, possibly wrong, result; the final line is the last
@@ -286,6 +316,10 @@ class WordProblemsTask:
     def step_kinds(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str | None]:
         """Each step's fault against its story (`story_step_faults`), None for a right step."""
         return story_step_faults(problem, steps)
+
+    def step_rationales(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
+        """See `step_rationales` (module level): each equation recomputed, after what the story does not allow."""
+        return step_rationales(problem, steps)
 
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the completion's final answer is the problem's integer, else 0.0. Never raises."""
