@@ -826,9 +826,11 @@ def test_wordproblems_steps_are_judged_against_their_story():
         assert task.step_labels(problem, steps) == [f is None for f in faults], steps
     assert equation_labels(["7 + 6 = 13", "12 + 4 = 16"]) == [True, True]
     # a verifier's rationale: each equation recomputed, after what the story does not allow
-    assert task.step_rationales(problem, ["7 + 6 = 13", "13 - 4 = 9"]) == ["6 is not given; 7 + 6 is 13", "13 - 4 is 9"]
+    assert task.step_rationales(problem, ["7 + 6 = 13", "13 - 4 = 8"]) == [
+        "6 is not given; 7 + 6 is 13, written 13", "13 - 4 is 9, written 8"]
     assert task.step_rationales(problem, ["7 + 5 = 13", "She has 9.", "7 * 5 = 35 and 12 + 4 = 16"]) == [
-        "7 + 5 is 12", "", "the story does not call for 7 * 5; 7 * 5 is 35; 12 is not given; 12 + 4 is 16"]
+        "7 + 5 is 12, written 13", "",
+        "the story does not call for 7 * 5; 7 * 5 is 35, written 35; 12 is not given; 12 + 4 is 16, written 16"]
 
 
 def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_steps():

@@ -188,15 +188,17 @@ def story_step_faults(problem: Problem, steps: tuple[str, ...] | list[str]) -> l
 
 
 def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
-    """A verifier's rationale for each step: every equation in it recomputed ("12 - 4 is 8"), after a note
+    """A verifier's rationale for each step: every equation in it recomputed beside the result it states
+    ("12 - 4 is 8, written 9"), after a note
     where the story does not allow it: an operand that is neither a quantity of the story nor a result
     stated before ("6 is not given"), or an operation the story does not call for ("the story does not
     call for 12 + 4"). The verdict then reads off the line: a note, or a recomputed result that is not the
-    stated one. A step without an equation gets an empty rationale (it computes nothing). The checks are
+    written one. A step without an equation gets an empty rationale (it computes nothing). The checks are
     `story_step_faults`'s, in its order. Never raises.
 
     Example (the story of `story_step_faults`, "Mia has 7 pencils. She gets 5 more pencils. She gives away
-    4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 9") give ["6 is not given; 7 + 6 is 13", "13 - 4 is 9"].
+    4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 8") give ["6 is not given; 7 + 6 is 13, written 13",
+    "13 - 4 is 9, written 8"].
     """
     quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
     products, gains, losses = _events(problem)
@@ -211,7 +213,7 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
             elif not (op == "*" and frozenset((a, b)) in products or op == "+" and (a in gains or b in gains)
                       or op == "-" and b in losses):
                 parts.append(f"the story does not call for {a} {op} {b}")
-            parts.append(f"{a} {op} {b} is {APPLY[op](a, b)}")
+            parts.append(f"{a} {op} {b} is {APPLY[op](a, b)}, written {c}")
             available.add(c)
         out.append("; ".join(parts))
     return out
@@ -318,7 +320,8 @@ class WordProblemsTask:
         return story_step_faults(problem, steps)
 
     def step_rationales(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
-        """See `step_rationales` (module level): each equation recomputed, after what the story does not allow."""
+        """See `step_rationales` (module level): each equation recomputed beside its written result, after
+        what the story does not allow."""
         return step_rationales(problem, steps)
 
     def grade(self, completion: str, problem: Problem) -> float:
