@@ -157,64 +157,65 @@ def _events(problem: Problem) -> tuple[set[frozenset], set[int], set[int]]:
     return products, gains, losses
 
 
+def checked_equations(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[list[tuple]]:
+    """Each step's equations judged against the story, in order: (a, op, b, c, fault, missing) per equation,
+    fault None when it is right, else "operand", "operation" or "arithmetic" (`STEP_FAULTS`), and missing the
+    first operand that is neither a quantity of the question nor a result stated before (earlier steps', or
+    earlier in the same step), else None. `*` must multiply the story's two factors, `+` add an amount it
+    gains (either side), `-` take away an amount it loses. Never raises."""
+    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
+    products, gains, losses = _events(problem)
+    available = set(quantities)
+    out = []
+    for step in steps:
+        checked = []
+        for a, op, b, c in stated_equations(step):
+            missing = next((x for x in (a, b) if x not in available), None)
+            if missing is not None:
+                fault = "operand"
+            elif not (op == "*" and frozenset((a, b)) in products or op == "+" and (a in gains or b in gains)
+                      or op == "-" and b in losses):
+                fault = "operation"
+            else:
+                fault = "arithmetic" if APPLY[op](a, b) != c else None
+            checked.append((a, op, b, c, fault, missing))
+            available.add(c)
+        out.append(checked)
+    return out
+
+
 def story_step_faults(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str | None]:
-    """Each step judged against its story: None when right, else its first fault (`STEP_FAULTS`) over the
-    equations in it, in order. Operands must be quantities of the question or results stated before
-    (earlier steps', or earlier in the same step); `*` must multiply the story's two factors, `+` add an
-    amount it gains (either side), `-` take away an amount it loses. Never raises.
+    """Each step judged against its story: None when right, else the first fault of its equations
+    (`checked_equations`). Never raises.
 
     Example: "Mia has 7 pencils. She gets 5 more pencils. ..." (reference `7 + 5 = 12`): "7 + 5 = 12" is
     right; "7 + 6 = 13" takes 6 from nowhere ("operand"); "7 - 5 = 2" loses what she gains ("operation");
     "7 + 5 = 13" is false ("arithmetic"); "12 + 0 = 12" after it takes 0 from nowhere.
     """
-    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
-    products, gains, losses = _events(problem)
-    available = set(quantities)
-    out = []
-    for step in steps:
-        fault = None
-        for a, op, b, c in stated_equations(step):
-            if fault is None:
-                if a not in available or b not in available:
-                    fault = "operand"
-                elif not (op == "*" and frozenset((a, b)) in products or op == "+" and (a in gains or b in gains)
-                          or op == "-" and b in losses):
-                    fault = "operation"
-                elif APPLY[op](a, b) != c:
-                    fault = "arithmetic"
-            available.add(c)
-        out.append(fault)
-    return out
+    return [next((e[4] for e in step if e[4]), None) for step in checked_equations(problem, steps)]
 
 
 def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
     """A verifier's rationale for each step: every equation in it recomputed beside the result it states
-    ("12 - 4 is 8, written 9"), after a note
-    where the story does not allow it: an operand that is neither a quantity of the story nor a result
-    stated before ("6 is not given"), or an operation the story does not call for ("the story does not
-    call for 12 + 4"). The verdict then reads off the line: a note, or a recomputed result that is not the
-    written one. A step without an equation gets an empty rationale (it computes nothing). The checks are
-    `story_step_faults`'s, in its order. Never raises.
+    ("12 - 4 is 8, written 9"), after a note where the story does not allow it: an operand that is neither
+    a quantity of the story nor a result stated before ("6 is not given"), or an operation the story does
+    not call for ("the story does not call for 12 + 4"). The verdict then reads off the line: a note, or a
+    recomputed result that is not the written one. A step without an equation gets an empty rationale (it
+    computes nothing). The checks are `checked_equations`'s. Never raises.
 
     Example (the story of `story_step_faults`, "Mia has 7 pencils. She gets 5 more pencils. She gives away
     4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 8") give ["6 is not given; 7 + 6 is 13, written 13",
     "13 - 4 is 9, written 8"].
     """
-    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
-    products, gains, losses = _events(problem)
-    available = set(quantities)
     out = []
-    for step in steps:
+    for step in checked_equations(problem, steps):
         parts = []
-        for a, op, b, c in stated_equations(step):
-            missing = [x for x in (a, b) if x not in available]
-            if missing:
-                parts.append(f"{missing[0]} is not given")
-            elif not (op == "*" and frozenset((a, b)) in products or op == "+" and (a in gains or b in gains)
-                      or op == "-" and b in losses):
+        for a, op, b, c, fault, missing in step:
+            if fault == "operand":
+                parts.append(f"{missing} is not given")
+            elif fault == "operation":
                 parts.append(f"the story does not call for {a} {op} {b}")
             parts.append(f"{a} {op} {b} is {APPLY[op](a, b)}, written {c}")
-            available.add(c)
         out.append("; ".join(parts))
     return out
 
