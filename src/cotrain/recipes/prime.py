@@ -102,8 +102,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         forward, generated = rollout_tokens(ro)
         compute.add("gen", forward=forward, generated=generated)  # the samples filtered out count too
         problems = [q for q in drawn for _ in range(g.group_size)]
-        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))),
-                               device=ro.completion_mask.device)  # [B'*G], where the PRM's log-ratios are
+        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))))  # [B'*G]
         kept, passed = accuracy_filter(rewards.view(-1, g.group_size).mean(dim=1).tolist(),
                                        p.lower if p.filter else 0.0, p.upper if p.filter else 1.0, n_prompts)
         rows = [i * g.group_size + j for i in kept for j in range(g.group_size)]
@@ -111,10 +110,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         timer.lap("gen", generated)
 
         # -------------------------------------------------------------- the implicit PRM: update and score
-        mask = ro.completion_mask
         with torch.no_grad():
             ref_logp = rollout_logprobs(prm_ref, ro, g, cfg.train.bf16)
-        prm_stats, scores_before = _prm_step(cfg, prm, prm_opt, prm_sched, ro, ref_logp, rewards) \
+        # the rollout stays on the host; the log-ratios, the outcomes and the mask meet on the models' device
+        mask, rewards = ro.completion_mask.to(ref_logp.device), rewards.to(ref_logp.device)
+        prm_stats, scores_before = _prm_step(cfg, prm, prm_opt, prm_sched, ro, ref_logp, mask, rewards) \
             if p.update != "none" else ({}, None)
         if p.update == "after":
             q = scores_before
@@ -194,7 +194,8 @@ def evaluate_prm(prm, ref, generator, tokenizer, task: Task, split: str, *, n: i
                       max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                       temperature=temperature, seed=EVAL_SEED + i, bf16=bf16)
         texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        q = ((rollout_logprobs(prm, ro, g, bf16) - rollout_logprobs(ref, ro, g, bf16)) * ro.completion_mask).tolist()
+        logp = rollout_logprobs(prm, ro, g, bf16)
+        q = ((logp - rollout_logprobs(ref, ro, g, bf16)) * ro.completion_mask.to(logp.device)).tolist()
         ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts)
         for j, (text, row, e) in enumerate(zip(texts, q, ends)):
             problem = chunk[j // k]
@@ -206,15 +207,14 @@ def evaluate_prm(prm, ref, generator, tokenizer, task: Task, split: str, *, n: i
     return prm_metrics(scores, correct, k, steps, labels)
 
 
-def _prm_step(cfg: RunConfig, prm, opt, sched, ro, ref_logp: torch.Tensor, outcome: torch.Tensor
-              ) -> tuple[dict[str, float], torch.Tensor]:
+def _prm_step(cfg: RunConfig, prm, opt, sched, ro, ref_logp: torch.Tensor, mask: torch.Tensor,
+              outcome: torch.Tensor) -> tuple[dict[str, float], torch.Tensor]:
     """The PRM's optimizer step on its cross-entropy against the outcomes; its stats and the log-ratios
     q [N, T] of its training pass (before the step), detached."""
     p = cfg.prime
     zero_grads(prm)
-    q, _ = implicit_process_rewards(rollout_logprobs(prm, ro, cfg.grpo, cfg.train.bf16), ref_logp,
-                                    ro.completion_mask, p.beta)
-    loss = prm_loss(q, ro.completion_mask, outcome.float(), p.beta)
+    q, _ = implicit_process_rewards(rollout_logprobs(prm, ro, cfg.grpo, cfg.train.bf16), ref_logp, mask, p.beta)
+    loss = prm_loss(q, mask, outcome.float(), p.beta)
     loss.backward()
     grad_norm = optimizer_step(prm, opt, cfg.train.max_grad_norm)
     sched.step()
