@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from cotrain.stats import POINTS, Paired, paired_difference, plan_criteria
+from cotrain.stats import POINTS, Paired, ceiling_share, paired_difference, plan_criteria
 
 
 def test_paired_difference_by_hand():
@@ -34,6 +34,40 @@ def test_one_seed_has_no_interval_and_no_shared_seed_is_an_error():
     assert d.n == 1 and math.isnan(d.lo) and d.text() == "+0.1 (n=1)"
     with pytest.raises(ValueError, match="share no seed"):
         paired_difference({0: 0.5}, {1: 0.6})
+
+
+def test_ceiling_share_by_hand():
+    """Leads over the base in points, seeds 0-2 (seed 3 only in the arm, left out): the arm's a = 2, 1, 3,
+    the ceiling's b = 4, 2, 3. Means 2 and 3: share 2/3. Sample (co)variances: s_aa = (0 + 1 + 1)/2 = 1,
+    s_bb = (1 + 1 + 0)/2 = 1, s_ab = (0 + 1 + 0)/2 = 0.5, over n = 3: v_aa = v_bb = 1/3, v_ab = 1/6;
+    t(0.975, 2)^2 = 4.303^2 = 18.5158. Fieller: A = 9 - 18.5158/3 = 2.82806, B = 6 - 18.5158/6 = 2.91403,
+    C = 4 - 18.5158/3 = -2.17194; roots (B -+ sqrt(B^2 - A C)) / A = (2.91403 -+ 3.82544) / 2.82806 =
+    -0.3223 and 2.3831."""
+    base = {0: 0.10, 1: 0.20, 2: 0.30}
+    arm = {0: 0.12, 1: 0.21, 2: 0.33, 3: 0.9}
+    ceiling = {0: 0.14, 1: 0.22, 2: 0.33}
+    s = ceiling_share(base, arm, ceiling)
+    assert s.n == 3 and s.seeds == (0, 1, 2)
+    assert s.mean == pytest.approx(2 / 3)
+    assert s.lo == pytest.approx(-0.3223, abs=1e-4) and s.hi == pytest.approx(2.3831, abs=1e-4)
+    assert s.text() == "0.67 [-0.32, 2.38] (n=3)"
+    # the interval holds the share: an arm level with its ceiling on every seed captures all of it
+    whole = ceiling_share(base, ceiling, ceiling)
+    assert whole.mean == pytest.approx(1.0) and whole.lo <= 1.0 <= whole.hi
+
+
+def test_ceiling_share_unbounded_where_the_ceiling_leads_by_nothing_sure():
+    """Ceiling leads 1, -1, 3 points: mean 1, s_bb = (0 + 4 + 4)/2 = 4, t^2 v_bb = 18.5158 x 4/3 = 24.7 > 1:
+    the ceiling's lead is not told from zero and the interval is unbounded; one seed has none; no shared seed
+    is an error."""
+    base = {0: 0.10, 1: 0.20, 2: 0.30}
+    s = ceiling_share(base, {0: 0.11, 1: 0.21, 2: 0.31}, {0: 0.11, 1: 0.19, 2: 0.33})
+    assert s.mean == pytest.approx(1.0) and math.isinf(s.lo) and math.isinf(s.hi)
+    assert "unbounded" in s.text()
+    one = ceiling_share({0: 0.1}, {0: 0.2}, {0: 0.3})
+    assert one.mean == pytest.approx(0.5) and math.isnan(one.lo) and one.text() == "0.50 (n=1)"
+    with pytest.raises(ValueError, match="share no seed"):
+        ceiling_share({0: 0.1}, {1: 0.2}, {0: 0.3})
 
 
 def _p(mean, lo, hi, n=3):

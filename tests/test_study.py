@@ -411,3 +411,24 @@ def test_the_second_half_of_an_in_training_curve_by_hand():
     run = Run({}, steps=[0, 10, 20, 30, 40], acc=[0.1, 0.2, 0.3, 0.4, 0.5])
     assert run.second_half() == pytest.approx(0.45)
     assert Run({}).second_half() is None
+
+
+def test_each_verifier_arm_is_read_against_the_oracle_of_its_own_construction(tmp_path):
+    """grpo ends at 0.10, 0.20, 0.30; the oracle under to_go at α 0.3 at +4, +2, +3 points; the learned
+    verifier's tango with the same process term at +2, +1, +3: share 2/3 [-0.32, 2.38] (stats:
+    test_ceiling_share_by_hand). A tango arm under another construction (final) has no oracle of its own in
+    the study, so no share; the oracle is no arm to read against itself."""
+    study = tmp_path / "study"
+    process = "recipe: tango\nverifier: {{source: {src}}}\ncotraining: {{credit: {credit}, alpha: 0.3, alpha_schedule: constant}}\n"
+    for s, t in enumerate([0.10, 0.20, 0.30]):
+        _fake_run(study / "grpo" / f"seed{s}", t, 0.1, [0.1, 0.1, t])
+        _fake_run(study / "oracle" / f"seed{s}", t + [0.04, 0.02, 0.03][s], 0.1, [0.1, 0.1, t],
+                  config=process.format(src="oracle", credit="to_go"))
+        _fake_run(study / "learned" / f"seed{s}", t + [0.02, 0.01, 0.03][s], 0.1, [0.1, 0.1, t],
+                  config=process.format(src="model", credit="to_go"))
+        _fake_run(study / "learned_final" / f"seed{s}", t + 0.01, 0.1, [0.1, 0.1, t],
+                  config=process.format(src="model", credit="final"))
+    text = build_study(study)
+    shares = text[text.index("The share of its ceiling"):].splitlines()
+    rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
+    assert rows == ["| learned | oracle | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |"]

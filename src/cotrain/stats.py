@@ -73,6 +73,61 @@ def paired_difference(a: dict[int, float], b: dict[int, float], scale: float = 1
 
 
 @dataclass(frozen=True)
+class Share:
+    """The share of its ceiling an arm captures, (arm − base) / (ceiling − base) over paired seeds, with its
+    two-sided 95% interval by Fieller's method; `lo`/`hi` are −inf/+inf where the ceiling's lead over the
+    base cannot be told from zero at that level (the interval is then unbounded), nan with fewer than two
+    seeds; `mean` is nan where the ceiling's mean lead is exactly zero."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    seeds: tuple[int, ...]
+
+    def text(self, digits: int = 2) -> str:
+        """"0.67 [-0.32, 2.38] (n=3)", or "... unbounded" where the ceiling's lead is not told from zero."""
+        if math.isnan(self.mean):
+            return f"– (the ceiling's mean lead is 0) (n={self.n})"
+        ci = ("" if math.isnan(self.lo) else " [unbounded: the ceiling's lead is not told from 0]"
+              if math.isinf(self.lo) else f" [{self.lo:.{digits}f}, {self.hi:.{digits}f}]")
+        return f"{self.mean:.{digits}f}{ci} (n={self.n})"
+
+
+def ceiling_share(base: dict[int, float], arm: dict[int, float], ceiling: dict[int, float]) -> Share:
+    """(arm − base) / (ceiling − base), the ratio of the two paired mean leads over the seeds all three ran,
+    with Fieller's 95% interval for a ratio of correlated means: the θ where the mean of a − θ·b is within
+    Student's t of zero, a_i = arm_i − base_i and b_i = ceiling_i − base_i. With v the covariances of the
+    means (sample covariances / n) and t the 97.5% quantile of t with n − 1 df, those θ solve
+    (b̄² − t²v_bb) θ² − 2 (ā b̄ − t²v_ab) θ + (ā² − t²v_aa) ≤ 0: an interval when b̄² > t²v_bb (the
+    ceiling's lead differs from zero at 95%), unbounded otherwise.
+
+    Raises:
+        ValueError: the three arms share no seed.
+    """
+    seeds = tuple(sorted(set(base) & set(arm) & set(ceiling)))
+    if not seeds:
+        raise ValueError(f"the three arms share no seed (base: {sorted(base)}, arm: {sorted(arm)}, "
+                         f"ceiling: {sorted(ceiling)})")
+    n = len(seeds)
+    a = [arm[s] - base[s] for s in seeds]
+    b = [ceiling[s] - base[s] for s in seeds]
+    a_bar, b_bar = sum(a) / n, sum(b) / n
+    mean = a_bar / b_bar if b_bar != 0 else math.nan
+    if n < 2:
+        return Share(mean, math.nan, math.nan, n, seeds)
+    t2 = (T975[n - 2] if n - 1 <= len(T975) else 1.96) ** 2
+    v_aa = sum((x - a_bar) ** 2 for x in a) / (n - 1) / n
+    v_bb = sum((y - b_bar) ** 2 for y in b) / (n - 1) / n
+    v_ab = sum((x - a_bar) * (y - b_bar) for x, y in zip(a, b)) / (n - 1) / n
+    quad, half_lin, const = b_bar ** 2 - t2 * v_bb, a_bar * b_bar - t2 * v_ab, a_bar ** 2 - t2 * v_aa
+    if quad <= 0:
+        return Share(mean, -math.inf, math.inf, n, seeds)
+    root = math.sqrt(max(half_lin ** 2 - quad * const, 0.0))  # >= 0: the quadratic is <= 0 at θ = ā / b̄
+    return Share(mean, (half_lin - root) / quad, (half_lin + root) / quad, n, seeds)
+
+
+@dataclass(frozen=True)
 class Criterion:
     """One criterion of the plan: whether it holds (None: too few seeds to say) and the figures behind it."""
 

@@ -23,7 +23,8 @@ from cotrain.analysis.plot import load_metrics
 from cotrain.config import read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.registry import RECIPES, STUDY
-from cotrain.stats import POINTS, Criterion, auto_criteria, mean_ci95, paired_difference, plan_criteria
+from cotrain.stats import (POINTS, Criterion, auto_criteria, ceiling_share, mean_ci95, paired_difference,
+                           plan_criteria)
 
 BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, "eval/test/pass@1"
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
@@ -51,6 +52,7 @@ class Run:
     start: float | None = None                         # its start's test pass@1, where not the study's SFT start
     recipe: str = "?"
     verifier_source: str = "model"                     # verifier.source: model, or the oracle standing in for it
+    process: tuple = ()                                # tango's process term: (credit, α, α schedule, groups)
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
@@ -95,6 +97,10 @@ def load_run(run_dir: Path) -> Run:
         if isinstance(verifier, dict) and uses is not None and {"verifier", "judge"} & set(uses.roles):
             run.verifier_init = str(verifier.get("init") or "")  # a recipe without a verifier ignores it
             run.verifier_source = str(verifier.get("source") or "model")
+        process = raw.get("cotraining", raw.get("tango"))  # the section's earlier name
+        if run.recipe == "tango" and isinstance(process, dict):
+            run.process = tuple(str(process.get(k, default)) for k, default in
+                                (("credit", "to_go"), ("alpha", 0.1), ("alpha_schedule", "exp"), ("process_groups", "all")))
     env = run_dir / "env.json"
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
@@ -411,6 +417,39 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     return "\n".join(lines + ([""] + criteria if criteria else []))
 
 
+def ceiling_pairs(arms: dict[str, dict[int, Run]]) -> list[tuple[str, str]]:
+    """(arm, its ceiling arm) for every tango arm whose verdicts come from a verifier model or the noisy
+    oracle and an arm of the oracle (`verifier.source: oracle`) with the same process term (construction,
+    α, α schedule, groups): the ceiling that arm's verifier is measured against."""
+    def kind(runs: dict[int, Run]) -> tuple[str, tuple] | None:
+        found = {(r.verifier_source, r.process) for r in runs.values()}
+        return next(iter(found)) if len(found) == 1 and next(iter(found))[1] else None
+
+    kinds = {arm: kind(runs) for arm, runs in arms.items()}
+    oracles = {k[1]: arm for arm, k in kinds.items() if k and k[0] == "oracle"}
+    return [(arm, oracles[k[1]]) for arm, k in kinds.items() if k and k[0] != "oracle" and k[1] in oracles]
+
+
+def ceiling_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
+    """The share of its ceiling each verifier arm captures (`ceiling_pairs`), (arm − grpo) / (oracle −
+    grpo) of the final `split` pass@1 over the seeds all three ran (stats.ceiling_share); "" without a
+    grpo arm or a pair."""
+    base = arms.get(BASELINE)
+    pairs = [(a, o) for a, o in ceiling_pairs(arms) if base and set(_finals(base, split)) & set(_finals(arms[a], split))
+             & set(_finals(arms[o], split))]
+    if not pairs:
+        return ""
+    lines = [f"| arm | its ceiling | arm − grpo, {split} (points) | ceiling − grpo | share of the ceiling |",
+             "|---|---|---|---|---|"]
+    for arm, oracle in pairs:
+        b, a, o = _finals(base, split), _finals(arms[arm], split), _finals(arms[oracle], split)
+        seeds = set(b) & set(a) & set(o)
+        b, a, o = ({s: x[s] for s in seeds} for x in (b, a, o))
+        lines.append(f"| {arm} | {oracle} | {paired_difference(b, a, POINTS).text()} | "
+                     f"{paired_difference(b, o, POINTS).text()} | {ceiling_share(b, a, o).text()} |")
+    return "\n".join(lines)
+
+
 def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "") -> None:
     """Accuracy against generator steps and against FLOPs, every arm's mean over seeds with its 95% CI shaded."""
     import matplotlib
@@ -481,6 +520,10 @@ def build_study(study_dir: str | Path) -> str:
         text += ("\n\nThe judge's agreement with the truth over training (its verdicts on the generator's samples, "
                  "each seed's mean over a window of steps; mean ± 95% CI over seeds):\n\n" + judge_table(judged))
         plot_judge(judged, study_dir / "judge.png", title=study_dir.name)
+    shares = ceiling_table(arms)
+    if shares:
+        text += ("\n\nThe share of its ceiling each verifier captures: its lead over grpo against the lead of the "
+                 "oracle under the same construction and α, seeds paired (Fieller's 95% interval):\n\n" + shares)
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     return text
