@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cotrain.analysis.plot import load_metrics
-from cotrain.config import read_yaml_mapping
+from cotrain.config import RENAMED_SECTIONS, read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.registry import RECIPES, STUDY
 from cotrain.stats import (POINTS, Criterion, auto_criteria, ceiling_share, mean_ci95, paired_difference,
@@ -97,8 +97,9 @@ def load_run(run_dir: Path) -> Run:
         if isinstance(verifier, dict) and uses is not None and {"verifier", "judge"} & set(uses.roles):
             run.verifier_init = str(verifier.get("init") or "")  # a recipe without a verifier ignores it
             run.verifier_source = str(verifier.get("source") or "model")
-        process = raw.get("cotraining", raw.get("tango"))  # the section's earlier name
-        if run.recipe == "tango" and isinstance(process, dict):
+        names = ("cotraining", *(old for old, new in RENAMED_SECTIONS.items() if new == "cotraining"))
+        process = next((raw[name] for name in names if isinstance(raw.get(name), dict)), None)
+        if uses is not None and uses.step_verdicts and process is not None:
             run.process = tuple(str(process.get(k, default)) for k, default in
                                 (("credit", "to_go"), ("alpha", 0.1), ("alpha_schedule", "exp"), ("process_groups", "all")))
     env = run_dir / "env.json"
