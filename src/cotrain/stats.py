@@ -73,17 +73,11 @@ def paired_difference(a: dict[int, float], b: dict[int, float], scale: float = 1
 
 
 @dataclass(frozen=True)
-class Share:
+class Share(Paired):
     """The share of its ceiling an arm captures, (arm − base) / (ceiling − base) over paired seeds, with its
-    two-sided 95% interval by Fieller's method; `lo`/`hi` are −inf/+inf where the ceiling's lead over the
-    base cannot be told from zero at that level (the interval is then unbounded), nan with fewer than two
-    seeds; `mean` is nan where the ceiling's mean lead is exactly zero."""
-
-    mean: float
-    lo: float
-    hi: float
-    n: int
-    seeds: tuple[int, ...]
+    two-sided 95% interval by Fieller's method (a `Paired`'s fields, read as a ratio); `lo`/`hi` are
+    −inf/+inf where the ceiling's lead over the base cannot be told from zero at that level (the interval is
+    then unbounded), nan with fewer than two seeds; `mean` is nan where the ceiling's mean lead is exactly zero."""
 
     def text(self, digits: int = 2) -> str:
         """"0.67 [-0.32, 2.38] (n=3)", or "... unbounded" where the ceiling's lead is not told from zero."""

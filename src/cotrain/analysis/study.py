@@ -423,8 +423,8 @@ def ceiling_pairs(arms: dict[str, dict[int, Run]]) -> list[tuple[str, str]]:
     oracle and an arm of the oracle (`verifier.source: oracle`) with the same process term (construction,
     α, α schedule, groups): the ceiling that arm's verifier is measured against."""
     def kind(runs: dict[int, Run]) -> tuple[str, tuple] | None:
-        found = {(r.verifier_source, r.process) for r in runs.values()}
-        return next(iter(found)) if len(found) == 1 and next(iter(found))[1] else None
+        found = {(r.verifier_source, r.process) for r in runs.values()}  # one kind, with a process term
+        return found.pop() if len(found) == 1 and all(process for _, process in found) else None
 
     kinds = {arm: kind(runs) for arm, runs in arms.items()}
     oracles = {k[1]: arm for arm, k in kinds.items() if k and k[0] == "oracle"}
@@ -435,19 +435,19 @@ def ceiling_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     """The share of its ceiling each verifier arm captures (`ceiling_pairs`), (arm − grpo) / (oracle −
     grpo) of the final `split` pass@1 over the seeds all three ran (stats.ceiling_share); "" without a
     grpo arm or a pair."""
-    base = arms.get(BASELINE)
-    pairs = [(a, o) for a, o in ceiling_pairs(arms) if base and set(_finals(base, split)) & set(_finals(arms[a], split))
-             & set(_finals(arms[o], split))]
-    if not pairs:
+    base = arms.get(BASELINE) or {}
+    rows = []
+    for arm, oracle in ceiling_pairs(arms):
+        b, a, o = (_finals(runs, split) for runs in (base, arms[arm], arms[oracle]))
+        seeds = set(b) & set(a) & set(o)
+        if seeds:
+            b, a, o = ({s: x[s] for s in seeds} for x in (b, a, o))
+            rows.append(f"| {arm} | {oracle} | {paired_difference(b, a, POINTS).text()} | "
+                        f"{paired_difference(b, o, POINTS).text()} | {ceiling_share(b, a, o).text()} |")
+    if not rows:
         return ""
     lines = [f"| arm | its ceiling | arm − grpo, {split} (points) | ceiling − grpo | share of the ceiling |",
-             "|---|---|---|---|---|"]
-    for arm, oracle in pairs:
-        b, a, o = _finals(base, split), _finals(arms[arm], split), _finals(arms[oracle], split)
-        seeds = set(b) & set(a) & set(o)
-        b, a, o = ({s: x[s] for s in seeds} for x in (b, a, o))
-        lines.append(f"| {arm} | {oracle} | {paired_difference(b, a, POINTS).text()} | "
-                     f"{paired_difference(b, o, POINTS).text()} | {ceiling_share(b, a, o).text()} |")
+             "|---|---|---|---|---|", *rows]
     return "\n".join(lines)
 
 
