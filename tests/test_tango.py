@@ -110,10 +110,18 @@ def test_tango_smoke_trains_both_roles_and_logs_health(tango_run):
     assert (out / "cotrain.png").is_file()
 
 
-def test_frozen_verifier_never_trains_the_verifier(sft_run, tmp_path):
+def test_frozen_verifier_never_trains_the_verifier(sft_run, tmp_path, monkeypatch):
+    import cotrain.train.verifier as tv
+    judged = []  # the verifiers the final evaluation scores: a frozen one once, not twice under two names
+    scorer = tv.evaluate_verifiers
+    monkeypatch.setattr(tv, "evaluate_verifiers", lambda verifiers, *a, **k: judged.append(sorted(verifiers))
+                        or scorer(verifiers, *a, **k))
     start, _ = sft_run
     raw = tango_config(start, "frozen_verifier", train={"steps": 4}, eval={"k": 0, "n": 10, "every": 0})
     run_recipe(build_config(raw), tmp_path)
+    assert judged == [["verifier_warmup"]]
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["verifier"] == saved["verifier_warmup"] and "test_injected" in saved["verifier"]
     assert not _changed(tmp_path / "warmup" / "verifier", tmp_path / "final" / "verifier")
     assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
     assert not any("ver/reward" in r for r in _rows(tmp_path))

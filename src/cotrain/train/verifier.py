@@ -464,33 +464,37 @@ def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
 
 
 def final_verifier_results(session: Session, task, generator: tuple, verifier: tuple,
-                           heldout: list) -> dict:
+                           heldout: list, trained: bool = True) -> dict:
     """The trained and the warmed-up verifier side by side (eval.json entries `verifier` and
     `verifier_warmup`): on the final generator's samples of the first eval split, and on its held-out
-    injected errors."""
+    injected errors. A verifier that was never trained (`trained=False`, or a run without generator
+    steps) is the warmed-up one: it is evaluated once and reported under both names."""
     cfg = session.cfg
     (model, tokenizer), (ver, vtok) = generator, verifier
     v, ekw = cfg.verifier, cfg.eval_settings()
-    warm, wtok = load_model(session.run_dir / "warmup" / "verifier")
-    warm.to(next(ver.parameters()).device).eval()
     ver.eval()
     results = {}
     split = cfg.eval.splits[0]
     if split not in task.splits:
         return results
-    # without generator steps the trained verifier is the warmed-up one: it is evaluated once
-    both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)} if cfg.train.steps else {"verifier_warmup": (warm, wtok)}
+    trained = trained and bool(cfg.train.steps)
+    if trained:
+        warm, wtok = load_model(session.run_dir / "warmup" / "verifier")
+        warm.to(next(ver.parameters()).device).eval()
+        both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)}
+    else:
+        both = {"verifier_warmup": (ver, vtok)}
     scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.cotraining.eval_n,
                                 k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
                                 gen_max_new_tokens=ekw["max_new_tokens"],
                                 ver_max_new_tokens=v.max_new_tokens, batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
     for name, m in scored.items():
         results[name] = {split: m}
-    if not cfg.train.steps:
-        results["verifier"] = results.get("verifier_warmup", {})
     for name, (m, tok) in both.items():
         injected = evaluate_on_injected(m, tok, task, heldout, max_new_tokens=v.max_new_tokens,
                                         batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
         if injected:
             results.setdefault(name, {})[f"{split}_injected"] = injected
+    if not trained:
+        results["verifier"] = results.get("verifier_warmup", {})
     return results
