@@ -195,29 +195,68 @@ def story_step_faults(problem: Problem, steps: tuple[str, ...] | list[str]) -> l
     return [next((e[4] for e in step if e[4]), None) for step in checked_equations(problem, steps)]
 
 
+def story_summary(problem: Problem) -> str:
+    """What the story does, as its reference steps do it: the first count or product, then each amount it
+    gains (+) or loses (-). "Mia has 7 pencils. She gets 5 more pencils. She gives away 4 pencils." gives
+    "7, +5, -4"; "Mia buys 3 boxes with 4 pencils in each box. She gives away 5 pencils." gives "3 * 4, -5".
+    A verifier copies it before its first check, so that every later check compares a step with what
+    stands beside it. Never raises."""
+    parts = []
+    for i, step in enumerate(problem.steps):
+        m = _EQUATION.fullmatch(step.strip())
+        if m is None:
+            continue
+        if m[2] == "*":
+            parts.append(f"{m[1]} * {m[3]}")
+        else:
+            parts += [m[1]] * (i == 0) + [f"{m[2]}{m[3]}"]
+    return ", ".join(parts)
+
+
 def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
-    """A verifier's rationale for each step: every equation in it recomputed beside the result it states
-    ("12 - 4 is 8, written 9"), after a note where the story does not allow it: an operand that is neither
-    a quantity of the story nor a result stated before ("6 is not given"), or an operation the story does
-    not call for ("the story does not call for 12 + 4"). The verdict then reads off the line: a note, or a
-    recomputed result that is not the written one. A step without an equation gets an empty rationale (it
-    computes nothing). The checks are `checked_equations`'s. Never raises.
+    """A verifier's rationale for each step, every check written after what it checks, so that each
+    decision sits beside the number it is about: the first step's opens with the story
+    (`story_summary`); then for every equation in a step, its operands, each "given" (a quantity of the
+    story), "from before" (a result stated before it) or "not given"; its operation, "in the story" or
+    "not in the story" (a product of the story's two factors, an amount the story adds, an amount it takes
+    away); and its result recomputed beside the written one. The verdict reads off the line: a "not", or
+    a recomputed result that is not the written one. A step without an equation computes nothing and
+    has only the story, for the first step, or nothing. The checks are `checked_equations`'s. Never
+    raises.
 
     Example (the story of `story_step_faults`, "Mia has 7 pencils. She gets 5 more pencils. She gives away
-    4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 8") give ["6 is not given; 7 + 6 is 13, written 13",
-    "13 - 4 is 9, written 8"].
+    4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 8") give ["story 7, +5, -4; 7 + 6: 7 given, 6 not given,
+    +6 not in the story; 7 + 6 is 13, written 13", "13 - 4: 13 from before, 4 given, -4 in the story;
+    13 - 4 is 9, written 8"].
     """
-    out = []
-    for step in checked_equations(problem, steps):
-        parts = []
-        for a, op, b, c, fault, missing in step:
-            if fault == "operand":
-                parts.append(f"{missing} is not given")
-            elif fault == "operation":
-                parts.append(f"the story does not call for {a} {op} {b}")
-            parts.append(f"{a} {op} {b} is {APPLY[op](a, b)}, written {c}")
+    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
+    products, gains, losses = _events(problem)
+    results, out = set(), []
+    for k, step in enumerate(checked_equations(problem, steps)):
+        parts = [f"story {story_summary(problem)}"] if k == 0 else []
+        for a, op, b, c, _fault, _missing in step:
+            sources = [f"{x} given" if x in quantities else f"{x} from before" if x in results else f"{x} not given"
+                       for x in (a, b)]
+            results.add(c)
+            if op == "*":
+                called, what = frozenset((a, b)) in products, f"{a} * {b}"
+            elif op == "+":
+                called = a in gains or b in gains
+                what = f"+{a if a in gains and b not in gains else b}"
+            else:
+                called, what = b in losses, f"-{b}"
+            parts.append(f"{a} {op} {b}: {', '.join(sources)}, {what} {'in' if called else 'not in'} the story; "
+                         f"{a} {op} {b} is {APPLY[op](a, b)}, written {c}")
         out.append("; ".join(parts))
     return out
+
+
+def final_rationale(problem: Problem, steps: tuple[str, ...] | list[str]) -> str:
+    """What a verifier writes before its final verdict: the steps the story needs (its reference's) and
+    the steps the solution shows (its lines or its equations, whichever are more, as `complete_solutions`
+    counts them): "needs 3, shows 2" is a solution that stopped early. Never raises."""
+    shown = max(len(steps), sum(len(stated_equations(step)) for step in steps))
+    return f"needs {len(problem.steps)}, shows {shown}"
 
 
 def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
@@ -321,9 +360,13 @@ class WordProblemsTask:
         return story_step_faults(problem, steps)
 
     def step_rationales(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> list[str]:
-        """See `step_rationales` (module level): each equation recomputed beside its written result, after
-        what the story does not allow."""
+        """See `step_rationales` (module level): the story, then each equation's operands, operation and
+        result, each check written after what it checks."""
         return step_rationales(problem, steps)
+
+    def final_rationale(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> str:
+        """See `final_rationale` (module level): the steps the story needs and the steps shown."""
+        return final_rationale(problem, steps)
 
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the completion's final answer is the problem's integer, else 0.0. Never raises."""
