@@ -828,12 +828,12 @@ def test_wordproblems_steps_are_judged_against_their_story():
     # a verifier's rationale: the story first, then each check after what it checks (operands, operation,
     # result), so that a "not" or a recomputed result unlike the written one carries the verdict
     assert task.step_rationales(problem, ["7 + 6 = 13", "13 - 4 = 8"]) == [
-        "story 7, +5, -4; 7 + 6: 7 given, 6 not given, +6 not in the story; 7 + 6 is 13, written 13",
-        "13 - 4: 13 from before, 4 given, -4 in the story; 13 - 4 is 9, written 8"]
+        "story 7, +5, -4; 7 given, 6 not given, +6 not in the story; 7 + 6 is 13, written 13",
+        "13 from before, 4 given, -4 in the story; 13 - 4 is 9, written 8"]
     assert task.step_rationales(problem, ["7 + 5 = 13", "She has 9.", "7 * 5 = 35 and 12 + 4 = 16"]) == [
-        "story 7, +5, -4; 7 + 5: 7 given, 5 given, +5 in the story; 7 + 5 is 12, written 13", "",
-        "7 * 5: 7 given, 5 given, 7 * 5 not in the story; 7 * 5 is 35, written 35; "
-        "12 + 4: 12 not given, 4 given, +4 not in the story; 12 + 4 is 16, written 16"]   # 12 was never written
+        "story 7, +5, -4; 7 given, 5 given, +5 in the story; 7 + 5 is 12, written 13", "",
+        "7 given, 5 given, 7 * 5 not in the story; 7 * 5 is 35, written 35; "
+        "12 not given, 4 given, +4 not in the story; 12 + 4 is 16, written 16"]   # 12 was never written
     assert task.step_rationales(problem, ["She starts with 7."]) == ["story 7, +5, -4"]
     assert task.step_rationales(problem, []) == []
     # the final line: the steps the story needs against those shown (lines or equations, the more)
@@ -844,8 +844,8 @@ def test_wordproblems_steps_are_judged_against_their_story():
                       solution="3 * 4 = 12\n12 - 5 = 7\n#### 7")
     assert story_summary(product) == "3 * 4, -5"
     assert task.step_rationales(product, ["4 boxes x 3 pencils = 12", "12 + 5 = 17"]) == [
-        "story 3 * 4, -5; 4 * 3: 4 given, 3 given, 4 * 3 in the story; 4 * 3 is 12, written 12",
-        "12 + 5: 12 from before, 5 given, +5 not in the story; 12 + 5 is 17, written 17"]   # she gives 5 away
+        "story 3 * 4, -5; 4 given, 3 given, 4 * 3 in the story; 4 * 3 is 12, written 12",
+        "12 from before, 5 given, +5 not in the story; 12 + 5 is 17, written 17"]   # she gives 5 away
 
 
 def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_steps():

@@ -225,9 +225,8 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
     raises.
 
     Example (the story of `story_step_faults`, "Mia has 7 pencils. She gets 5 more pencils. She gives away
-    4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 8") give ["story 7, +5, -4; 7 + 6: 7 given, 6 not given,
-    +6 not in the story; 7 + 6 is 13, written 13", "13 - 4: 13 from before, 4 given, -4 in the story;
-    13 - 4 is 9, written 8"].
+    4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 8") give ["story 7, +5, -4; 7 given, 6 not given, +6 not in
+    the story; 7 + 6 is 13, written 13", "13 from before, 4 given, -4 in the story; 13 - 4 is 9, written 8"].
     """
     quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
     products, gains, losses = _events(problem)
@@ -245,7 +244,7 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
                 what = f"+{a if a in gains and b not in gains else b}"
             else:
                 called, what = b in losses, f"-{b}"
-            parts.append(f"{a} {op} {b}: {', '.join(sources)}, {what} {'in' if called else 'not in'} the story; "
+            parts.append(f"{', '.join(sources)}, {what} {'in' if called else 'not in'} the story; "
                          f"{a} {op} {b} is {APPLY[op](a, b)}, written {c}")
         out.append("; ".join(parts))
     return out
