@@ -836,9 +836,13 @@ def test_wordproblems_steps_are_judged_against_their_story():
         "12 not given, 4 given, +4 not in the story; 12 + 4 is 16, written 16"]   # 12 was never written
     assert task.step_rationales(problem, ["She starts with 7."]) == ["story 7, +5, -4"]
     assert task.step_rationales(problem, []) == []
-    # the final line: the steps the story needs against those shown (lines or equations, the more)
-    assert task.final_rationale(problem, ["12 - 4 = 8"]) == "needs 2, shows 1"
-    assert task.final_rationale(problem, ["7 + 5 = 12 and 12 - 4 = 8"]) == "needs 2, shows 2"
+    # the final line: the steps the story needs against those shown (lines or equations, the more), then the
+    # count the story makes, which the answer's verdict compares with
+    assert task.final_rationale(problem, ["12 - 4 = 8"]) == "needs 2, shows 1; the story makes 8"
+    assert task.final_rationale(problem, ["7 + 5 = 12 and 12 - 4 = 8"]) == "needs 2, shows 2; the story makes 8"
+    assert task.final_rationale(problem, []) == "needs 2, shows 0; the story makes 8"
+    prose_first = Problem(question=problem.question, answer="8", steps=("Start.", "7 + 5 = 12", "12 - 4 = 8"))
+    assert story_summary(prose_first) == "7, +5, -4"          # the first count comes from the first equation
     product = Problem(question="Mia buys 3 boxes with 4 pencils in each box. She gives away 5 pencils. How many "
                       "pencils does Mia have now?", answer="7", steps=("3 * 4 = 12", "12 - 5 = 7"),
                       solution="3 * 4 = 12\n12 - 5 = 7\n#### 7")

@@ -186,7 +186,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, **ver_rl.state(), **safeguard.state()})
 
     # ------------------------------------------------------------------ final evaluation
-    results = final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout)
+    results = final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout, trained=not frozen)
     results["compute"] = compute.summary()
     return finish(session, model, tokenizer, task, cfg.train.steps, other_models={"verifier": (verifier, vtok)},
                   other_results=results)

@@ -202,14 +202,14 @@ def story_summary(problem: Problem) -> str:
     A verifier copies it before its first check, so that every later check compares a step with what
     stands beside it. Never raises."""
     parts = []
-    for i, step in enumerate(problem.steps):
-        m = _EQUATION.fullmatch(step.strip())
+    for step in problem.steps:
+        m = _EQUATION.fullmatch(str(step).strip())
         if m is None:
             continue
         if m[2] == "*":
             parts.append(f"{m[1]} * {m[3]}")
         else:
-            parts += [m[1]] * (i == 0) + [f"{m[2]}{m[3]}"]
+            parts += [m[1]] * (not parts) + [f"{m[2]}{m[3]}"]
     return ", ".join(parts)
 
 
@@ -251,11 +251,16 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
 
 
 def final_rationale(problem: Problem, steps: tuple[str, ...] | list[str]) -> str:
-    """What a verifier writes before its final verdict: the steps the story needs (its reference's) and
+    """What a verifier writes before its final verdict: the steps the story needs (its reference's) against
     the steps the solution shows (its lines or its equations, whichever are more, as `complete_solutions`
-    counts them): "needs 3, shows 2" is a solution that stopped early. Never raises."""
+    counts them: "needs 3, shows 2" is a solution that stopped early, which `cotraining.credit: final`
+    rejects at its answer whatever the verdict), then the count the story makes, worked from the story
+    written at the first step. The verdict reads off the line: the solution's answer against that count.
+    Never raises on any text.
+
+    Example (the story "7, +5, -4"): steps ("12 - 4 = 8",) give "needs 2, shows 1; the story makes 8"."""
     shown = max(len(steps), sum(len(stated_equations(step)) for step in steps))
-    return f"needs {len(problem.steps)}, shows {shown}"
+    return f"needs {len(problem.steps)}, shows {shown}; the story makes {problem.answer}"
 
 
 def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
