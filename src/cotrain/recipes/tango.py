@@ -230,8 +230,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ final evaluation
     results = (oracle_results(cfg, task, (model, tokenizer)) if oracle else
-               final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout,
-                                      trained=not frozen))
+               final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout, trained=not frozen))
     results["compute"] = compute.summary()
     return finish(session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models=None if oracle else {"verifier": (verifier, vtok)})
