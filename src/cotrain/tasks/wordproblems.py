@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from typing import NamedTuple
 
 from cotrain.errors import UserError
 from cotrain.tasks.arith import APPLY
@@ -157,29 +158,44 @@ def _events(problem: Problem) -> tuple[set[frozenset], set[int], set[int]]:
     return products, gains, losses
 
 
-def checked_equations(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[list[tuple]]:
-    """Each step's equations judged against the story, in order: (a, op, b, c, fault, missing) per equation,
-    fault None when it is right, else "operand", "operation" or "arithmetic" (`STEP_FAULTS`), and missing the
-    first operand that is neither a quantity of the question nor a result stated before (earlier steps', or
-    earlier in the same step), else None. `*` must multiply the story's two factors, `+` add an amount it
-    gains (either side), `-` take away an amount it loses. Never raises."""
+class CheckedEquation(NamedTuple):
+    """One equation of a step judged against its story (`checked_equations`)."""
+
+    a: int
+    op: str
+    b: int
+    c: int
+    sources: tuple[str, str]  # each operand "given" (a quantity of the story), "from before" (a result stated
+    #                           before it) or "not given"
+    event: str                # what the story would have to do for this operation: "3 * 4", "+5", "-4"
+    called: bool              # whether it does
+    fault: str | None         # None when right, else the first of `STEP_FAULTS` that applies
+
+
+def checked_equations(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[list[CheckedEquation]]:
+    """Each step's equations judged against the story, in order. An operand must be a quantity of the
+    question or a result stated before (earlier steps', or earlier in the same step); `*` must multiply the
+    story's two factors, `+` add an amount it gains (either side), `-` take away an amount it loses; the
+    equation must hold. Never raises."""
     quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
     products, gains, losses = _events(problem)
-    available = set(quantities)
+    results = set()
     out = []
     for step in steps:
         checked = []
         for a, op, b, c in stated_equations(step):
-            missing = next((x for x in (a, b) if x not in available), None)
-            if missing is not None:
-                fault = "operand"
-            elif not (op == "*" and frozenset((a, b)) in products or op == "+" and (a in gains or b in gains)
-                      or op == "-" and b in losses):
-                fault = "operation"
+            sources = tuple("given" if x in quantities else "from before" if x in results else "not given"
+                            for x in (a, b))
+            if op == "*":
+                called, event = frozenset((a, b)) in products, f"{a} * {b}"
+            elif op == "+":
+                called, event = a in gains or b in gains, f"+{a if a in gains and b not in gains else b}"
             else:
-                fault = "arithmetic" if APPLY[op](a, b) != c else None
-            checked.append((a, op, b, c, fault, missing))
-            available.add(c)
+                called, event = b in losses, f"-{b}"
+            fault = ("operand" if "not given" in sources else "operation" if not called else
+                     "arithmetic" if APPLY[op](a, b) != c else None)
+            checked.append(CheckedEquation(a, op, b, c, sources, event, called, fault))
+            results.add(c)
         out.append(checked)
     return out
 
@@ -192,7 +208,7 @@ def story_step_faults(problem: Problem, steps: tuple[str, ...] | list[str]) -> l
     right; "7 + 6 = 13" takes 6 from nowhere ("operand"); "7 - 5 = 2" loses what she gains ("operation");
     "7 + 5 = 13" is false ("arithmetic"); "12 + 0 = 12" after it takes 0 from nowhere.
     """
-    return [next((e[4] for e in step if e[4]), None) for step in checked_equations(problem, steps)]
+    return [next((e.fault for e in step if e.fault), None) for step in checked_equations(problem, steps)]
 
 
 def story_summary(problem: Problem) -> str:
@@ -228,24 +244,12 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
     4 pencils."): steps ("7 + 6 = 13", "13 - 4 = 8") give ["story 7, +5, -4; 7 given, 6 not given, +6 not in
     the story; 7 + 6 is 13, written 13", "13 from before, 4 given, -4 in the story; 13 - 4 is 9, written 8"].
     """
-    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
-    products, gains, losses = _events(problem)
-    results, out = set(), []
+    out = []
     for k, step in enumerate(checked_equations(problem, steps)):
         parts = [f"story {story_summary(problem)}"] if k == 0 else []
-        for a, op, b, c, _fault, _missing in step:
-            sources = [f"{x} given" if x in quantities else f"{x} from before" if x in results else f"{x} not given"
-                       for x in (a, b)]
-            results.add(c)
-            if op == "*":
-                called, what = frozenset((a, b)) in products, f"{a} * {b}"
-            elif op == "+":
-                called = a in gains or b in gains
-                what = f"+{a if a in gains and b not in gains else b}"
-            else:
-                called, what = b in losses, f"-{b}"
-            parts.append(f"{', '.join(sources)}, {what} {'in' if called else 'not in'} the story; "
-                         f"{a} {op} {b} is {APPLY[op](a, b)}, written {c}")
+        for e in step:
+            parts.append(f"{e.a} {e.sources[0]}, {e.b} {e.sources[1]}, {e.event} {'in' if e.called else 'not in'} the "
+                         f"story; {e.a} {e.op} {e.b} is {APPLY[e.op](e.a, e.b)}, written {e.c}")
         out.append("; ".join(parts))
     return out
 
