@@ -850,6 +850,10 @@ def test_wordproblems_steps_are_judged_against_their_story():
     assert task.step_rationales(product, ["4 boxes x 3 pencils = 12", "12 + 5 = 17"]) == [
         "story 3 * 4, -5; 4 given, 3 given, 4 * 3 in the story; 4 * 3 is 12, written 12",
         "12 from before, 5 given, +5 not in the story; 12 + 5 is 17, written 17"]   # she gives 5 away
+    # a chain states its end alone: its middle value is recomputed, never "written"
+    assert task.step_rationales(problem, ["7 + 5 - 4 = 9"]) == [
+        "story 7, +5, -4; 7 given, 5 given, +5 in the story; 7 + 5 is 12; "
+        "12 from before, 4 given, -4 in the story; 12 - 4 is 8, written 9"]
 
 
 def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_steps():

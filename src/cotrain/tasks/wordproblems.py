@@ -112,6 +112,11 @@ def stated_equations(text: str) -> list[tuple[int, str, int, int]]:
 
     Example: "So 5 sheets x 9 stickers = 45, then 45 + 5 = 50." gives [(5, "*", 9, 45), (45, "+", 5, 50)].
     """
+    return [e[:4] for e in _stated(text)]
+
+
+def _stated(text: str) -> list[tuple[int, str, int, int, bool]]:
+    """`stated_equations`, each with whether its result is written (False for a chain's middle values)."""
     out = []
     for left, result in _STATED.findall(str(text)[:1000]):
         left = re.sub(r"[A-Za-z]{2,}|[A-Za-wyz]", " ", left)  # the unit words go, a lone x stays
@@ -123,7 +128,7 @@ def stated_equations(text: str) -> list[tuple[int, str, int, int]]:
         for i, (op, n) in enumerate(terms, start=1):
             op = "*" if op in ("x", "\u00d7") else op
             end = int(result) if i == len(terms) else APPLY[op](value, n)
-            out.append((value, op, n, end))
+            out.append((value, op, n, end, i == len(terms)))
             value = end
     return out
 
@@ -165,6 +170,7 @@ class CheckedEquation(NamedTuple):
     op: str
     b: int
     c: int
+    written: bool             # whether c is written (False for a chain's middle value: computed, not stated)
     sources: tuple[str, str]  # each operand "given" (a quantity of the story), "from before" (a result stated
     #                           before it) or "not given"
     event: str                # what the story would have to do for this operation: "3 * 4", "+5", "-4"
@@ -183,7 +189,7 @@ def checked_equations(problem: Problem, steps: tuple[str, ...] | list[str]) -> l
     out = []
     for step in steps:
         checked = []
-        for a, op, b, c in stated_equations(step):
+        for a, op, b, c, written in _stated(step):
             sources = tuple("given" if x in quantities else "from before" if x in results else "not given"
                             for x in (a, b))
             if op == "*":
@@ -194,7 +200,7 @@ def checked_equations(problem: Problem, steps: tuple[str, ...] | list[str]) -> l
                 called, event = b in losses, f"-{b}"
             fault = ("operand" if "not given" in sources else "operation" if not called else
                      "arithmetic" if APPLY[op](a, b) != c else None)
-            checked.append(CheckedEquation(a, op, b, c, sources, event, called, fault))
+            checked.append(CheckedEquation(a, op, b, c, written, sources, event, called, fault))
             results.add(c)
         out.append(checked)
     return out
@@ -235,7 +241,8 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
     (`story_summary`); then for every equation in a step, its operands, each "given" (a quantity of the
     story), "from before" (a result stated before it) or "not given"; its operation, "in the story" or
     "not in the story" (a product of the story's two factors, an amount the story adds, an amount it takes
-    away); and its result recomputed beside the written one. The verdict reads off the line: a "not", or
+    away); and its result recomputed beside the written one (a chain's middle value, "7 + 5" of
+    "7 + 5 - 4 = 8", is not written: recomputed alone). The verdict reads off the line: a "not", or
     a recomputed result that is not the written one. A step without an equation computes nothing and
     has only the story, for the first step, or nothing. The checks are `checked_equations`'s. Never
     raises.
@@ -249,7 +256,7 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
         parts = [f"story {story_summary(problem)}"] if k == 0 else []
         for e in step:
             parts.append(f"{e.a} {e.sources[0]}, {e.b} {e.sources[1]}, {e.event} {'in' if e.called else 'not in'} the "
-                         f"story; {e.a} {e.op} {e.b} is {APPLY[e.op](e.a, e.b)}, written {e.c}")
+                         f"story; {e.a} {e.op} {e.b} is {APPLY[e.op](e.a, e.b)}" + f", written {e.c}" * e.written)
         out.append("; ".join(parts))
     return out
 
