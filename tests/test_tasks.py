@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cotrain.errors import UserError
+from cotrain.roles.verifier import reference_verification
 from cotrain.tasks import Problem, grading, make_task
 from cotrain.tasks.arith import (
     ArithTask,
@@ -837,10 +838,14 @@ def test_wordproblems_steps_are_judged_against_their_story():
     assert task.step_rationales(problem, ["She starts with 7."]) == ["story 7, +5, -4"]
     assert task.step_rationales(problem, []) == []
     # the final line: the steps the story needs against those shown (lines or equations, the more), then the
-    # count the story makes, which the answer's verdict compares with
-    assert task.final_rationale(problem, ["12 - 4 = 8"]) == "needs 2, shows 1; the story makes 8"
-    assert task.final_rationale(problem, ["7 + 5 = 12 and 12 - 4 = 8"]) == "needs 2, shows 2; the story makes 8"
-    assert task.final_rationale(problem, []) == "needs 2, shows 0; the story makes 8"
+    # count the story makes, worked an operation at a time, then the answer the verdict compares with it
+    assert task.final_rationale(problem, ["12 - 4 = 8"], "8") == "needs 2, shows 1; story 7 + 5 is 12, 12 - 4 is 8; answer 8"
+    assert task.final_rationale(problem, ["7 + 5 = 12 and 12 - 4 = 8"], " 9 ") == (
+        "needs 2, shows 2; story 7 + 5 is 12, 12 - 4 is 8; answer 9")
+    assert task.final_rationale(problem, []) == "needs 2, shows 0; story 7 + 5 is 12, 12 - 4 is 8; answer none"
+    assert task.final_rationale(problem, ["x"], "1" * 100).endswith("answer " + "1" * 40)
+    assert reference_verification(task, problem, "7 + 5 = 12\n12 - 4 = 9\n#### 9", chat=True).split("\n")[-1] == (
+        "Final: needs 2, shows 2; story 7 + 5 is 12, 12 - 4 is 8; answer 9 INCORRECT")
     prose_first = Problem(question=problem.question, answer="8", steps=("Start.", "7 + 5 = 12", "12 - 4 = 8"))
     assert story_summary(prose_first) == "7, +5, -4"          # the first count comes from the first equation
     product = Problem(question="Mia buys 3 boxes with 4 pencils in each box. She gives away 5 pencils. How many "

@@ -272,3 +272,20 @@ def test_step_verdict_metrics_by_hand():
     assert step_verdict_metrics([], []) == {}
     with pytest.raises(ValueError):
         step_verdict_metrics([[True]], [])
+
+
+def test_strict_verdict_worked_by_hand():
+    """Four verifications of two correct and two wrong solutions. Final verdicts: approve, approve,
+    approve, reject: TPR 2/2, TNR 1/2, balanced accuracy 0.75. Strict (a rejected step overrules): the
+    second correct one has a rejected step (rejected), the first wrong one too (rejected): TPR 1/2,
+    TNR 2/2, balanced accuracy 0.75, approve rate 1/4. An unparsed final verdict stays unparsed."""
+    from cotrain.eval.verifier_eval import strict_metrics, strict_verdict
+    from cotrain.roles.verifier import Verification
+
+    parsed = [Verification(steps=[True, True], final=True), Verification(steps=[True, False], final=True),
+              Verification(steps=[False], final=True), Verification(steps=[True], final=False)]
+    assert [strict_verdict(v) for v in parsed] == [True, False, False, False]
+    assert strict_verdict(Verification(steps=[True], final=None)) is None
+    assert strict_verdict(Verification(steps=[], final=True)) is True
+    assert strict_metrics(parsed, [True, True, False, False]) == {"strict/balanced_accuracy": 0.75,
+                                                                  "strict/approve_rate": 0.25}

@@ -27,6 +27,19 @@ def verifier_score(v: Verification) -> float:
     return float(v.final is True) + 0.5 * steps
 
 
+def strict_verdict(v: Verification) -> bool | None:
+    """The final verdict overruled by any rejected step: a solution is approved only when its final
+    verdict and every step verdict approve it (a process verifier's minimum over its verdicts); None
+    when the final verdict did not parse. Reported beside the final verdict as `strict/...`."""
+    return None if v.final is None else bool(v.final and all(v.steps))
+
+
+def strict_metrics(parsed: list[Verification], correct: list[bool]) -> dict[str, float]:
+    """`strict/balanced_accuracy` and `strict/approve_rate`: `verdict_metrics` of `strict_verdict`."""
+    m = verdict_metrics([strict_verdict(v) for v in parsed], correct)
+    return {f"strict/{k}": m[k] for k in ("balanced_accuracy", "approve_rate") if k in m}
+
+
 def caught_by_kind(task: Task, problems: list[Problem], texts: list[str], approved: list[bool | None]) -> dict[str, float]:
     """For tasks that name how a wrong solution fails (`task.error_kind`): per kind, the share of the
     solutions failing that way that the verifier does not approve (`caught/<kind>`) and their count
@@ -125,6 +138,7 @@ def evaluate_on_injected(verifier, tokenizer, task: Task, items: list[tuple[Prob
     ee = earliest_error_metrics(pred, [k for _, _, k in items])
     out.update({"earliest_" + k if k in ("f1",) else k: v for k, v in ee.items()})
     out.update(caught_by_kind(task, [p for p, _, _ in items], [s for _, s, _ in items], [v.final for v in parsed]))
+    out.update(strict_metrics(parsed, correct))
     return out
 
 
@@ -139,7 +153,8 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     (`bon@k`) and verifier-weighted voting (`wvote@k`) accuracy per problem next to the generator's own
     `maj@k` and `mean@k` (its sampled accuracy) on the same samples, `gap/majority` = maj@k − mean@k,
     the share of problems whose k samples are all wrong (`all_wrong@k`), each error kind's catch rate
-    (`caught_by_kind`) and where wrong samples first go wrong (`process_localisation`).
+    (`caught_by_kind`), where wrong samples first go wrong (`process_localisation`) and the verdicts
+    overruled by a rejected step (`strict_metrics`).
 
     Args:
         verifiers: {name: (model, tokenizer)}, or {name: judge} with judge(problems, texts, correct) -> the
@@ -177,6 +192,7 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
         m["gap/verifier"] = verifier_gap([v.final for v in parsed], correct)
         m.update(caught_by_kind(task, flat_problems, texts, [v.final for v in parsed]))
         m.update(process_localisation(task, flat_problems, texts, parsed, correct))
+        m.update(strict_metrics(parsed, correct))
         out[name] = m
     return out
 

@@ -185,7 +185,7 @@ def reference_verification(task, problem, completion: str, chat: bool = False) -
     task's process labels where it has them (`task.step_labels`); otherwise every step is marked
     correct in a correct solution, and only the last step incorrect in an incorrect one (a guess: the
     task cannot say which step failed). Rationales come from `task.step_rationales` where present, and
-    the final line's from `task.final_rationale`. Never raises on malformed completions.
+    the final line's from `task.final_rationale` (given the completion's answer). Never raises on malformed completions.
     """
     steps = [text for _, text in split_steps(completion)]
     correct = task.grade(completion, problem) >= 1.0
@@ -196,7 +196,8 @@ def reference_verification(task, problem, completion: str, chat: bool = False) -
         if steps and not correct:
             labels[-1] = False
     rationales = task.step_rationales(problem, steps) if hasattr(task, "step_rationales") else [""] * len(steps)
-    final_note = task.final_rationale(problem, steps) if hasattr(task, "final_rationale") else ""
+    final_note = (task.final_rationale(problem, steps, answer=task.extract_answer(completion))
+                  if hasattr(task, "final_rationale") else "")
     return render(list(rationales), labels, correct, chat=chat, final_rationale=final_note)
 
 

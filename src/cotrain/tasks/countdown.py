@@ -478,8 +478,9 @@ class CountdownTask:
         """See `step_rationales` (module level)."""
         return step_rationales(problem.question, steps)
 
-    def final_rationale(self, problem: Problem, steps: list[str]) -> str:
-        """See `final_rationale` (module level)."""
+    def final_rationale(self, problem: Problem, steps: list[str], answer: str | None = None) -> str:
+        """See `final_rationale` (module level). `answer` is not read: the final line compares the values
+        the steps leave with the target, which is what a Countdown answer is judged by."""
         return final_rationale(problem.question, steps)
 
 

@@ -261,17 +261,32 @@ def step_rationales(problem: Problem, steps: tuple[str, ...] | list[str]) -> lis
     return out
 
 
-def final_rationale(problem: Problem, steps: tuple[str, ...] | list[str]) -> str:
+def story_worked(problem: Problem) -> str:
+    """The count the story makes, worked one operation at a time as its reference steps work it, each
+    result beside its operation: "Mia has 7 pencils. She gets 5 more pencils. She gives away 4 pencils."
+    gives "7 + 5 is 12, 12 - 4 is 8". Never raises."""
+    worked = []
+    for step in problem.steps:
+        m = _EQUATION.fullmatch(str(step).strip())
+        if m is not None:
+            worked.append(f"{m[1]} {m[2]} {m[3]} is {m[4]}")
+    return ", ".join(worked)
+
+
+def final_rationale(problem: Problem, steps: tuple[str, ...] | list[str], answer: str | None = None) -> str:
     """What a verifier writes before its final verdict: the steps the story needs (its reference's) against
     the steps the solution shows (its lines or its equations, whichever are more, as `complete_solutions`
     counts them: "needs 3, shows 2" is a solution that stopped early, which `cotraining.credit: final`
-    rejects at its answer whatever the verdict), then the count the story makes, worked from the story
-    written at the first step. The verdict reads off the line: the solution's answer against that count.
-    Never raises on any text.
+    rejects at its answer whatever the verdict), then the count the story makes, worked one operation at a
+    time (`story_worked`: each a check the step verdicts already make), then the solution's answer copied
+    beside it ("none" without one). The verdict reads off the end of the line: the answer against the
+    count just before it. Never raises on any text.
 
-    Example (the story "7, +5, -4"): steps ("12 - 4 = 8",) give "needs 2, shows 1; the story makes 8"."""
+    Example (the story "7, +5, -4"): steps ("12 - 4 = 8",) and answer "8" give "needs 2, shows 1; story
+    7 + 5 is 12, 12 - 4 is 8; answer 8"."""
     shown = max(len(steps), sum(len(stated_equations(step)) for step in steps))
-    return f"needs {len(problem.steps)}, shows {shown}; the story makes {problem.answer}"
+    copied = str(answer).strip()[:40] if answer is not None and str(answer).strip() else "none"
+    return f"needs {len(problem.steps)}, shows {shown}; story {story_worked(problem)}; answer {copied}"
 
 
 def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
@@ -379,9 +394,10 @@ class WordProblemsTask:
         result, each check written after what it checks."""
         return step_rationales(problem, steps)
 
-    def final_rationale(self, problem: Problem, steps: tuple[str, ...] | list[str]) -> str:
-        """See `final_rationale` (module level): the steps the story needs and the steps shown."""
-        return final_rationale(problem, steps)
+    def final_rationale(self, problem: Problem, steps: tuple[str, ...] | list[str], answer: str | None = None) -> str:
+        """See `final_rationale` (module level): the steps the story needs and the steps shown, the count
+        the story makes, worked, and the solution's answer beside it."""
+        return final_rationale(problem, steps, answer)
 
     def grade(self, completion: str, problem: Problem) -> float:
         """1.0 when the completion's final answer is the problem's integer, else 0.0. Never raises."""
