@@ -933,6 +933,44 @@ def test_wordproblems_corrupt_injects_a_wrong_result_at_the_step_asked_and_label
             task.corrupt(problem, bad, rng)
 
 
+def test_wordproblems_corrupt_injects_each_kind_of_false_step_and_labels_name_it():
+    """With `corrupt_kinds`, each false step is of a kind drawn from them, and the story's labels name
+    that kind at that step alone; the answer grades 0. Worked by hand on "7, +5, -4": the operation
+    kind takes 5 away at step 1 ("7 - 5 = 2": the story loses only 4), the operand kind adds an amount
+    near 5 that the story never states (2, 3, 6 or 8; 4 and 7 are stated), every later step computed from
+    it; a story that also loses 5 cannot have its + step's operation wrong, so it goes wrong in its
+    arithmetic; unknown kinds are refused."""
+    import random
+
+    from cotrain.tasks.wordproblems import WordProblemsTask, corrupt_solution, story_step_faults
+
+    task = WordProblemsTask(n_steps=(1, 3), max_number=10, corrupt_kinds=["arithmetic", "operation", "operand"])
+    rng, seen = random.Random(0), set()
+    for problem in task.problems("train", 300):
+        k = rng.randrange(len(problem.steps))
+        steps, solution = task.corrupt(problem, k, rng)
+        faults = story_step_faults(problem, steps)
+        assert faults[:k] == [None] * k and faults[k + 1:] == [None] * (len(steps) - k - 1) and faults[k] is not None
+        assert task.grade(solution, problem) == 0.0
+        seen.add(faults[k])
+    assert seen == {"arithmetic", "operation", "operand"}
+    mia = Problem(question="Mia has 7 pencils. She gets 5 more pencils. She gives away 4 pencils. How many pencils "
+                  "does Mia have now?", answer="8", steps=("7 + 5 = 12", "12 - 4 = 8"))
+    assert corrupt_solution(mia, 0, random.Random(0), ("operation",)) == (("7 - 5 = 2", "2 - 4 = -2"), "7 - 5 = 2\n2 - 4 = -2\n#### -2")
+    steps, _ = corrupt_solution(mia, 0, random.Random(1), ("operand",))
+    first = steps[0].split()
+    assert first[:2] == ["7", "+"] and int(first[2]) in (2, 3, 6, 8) and int(first[4]) == 7 + int(first[2])
+    assert steps[1] == f"{first[4]} - 4 = {int(first[4]) - 4}"
+    both = Problem(question="Mia has 7 pencils. She gets 5 more pencils. She gives away 5 pencils. How many pencils "
+                   "does Mia have now?", answer="7", steps=("7 + 5 = 12", "12 - 5 = 7"))
+    steps, _ = corrupt_solution(both, 0, random.Random(0), ("operation",))
+    assert story_step_faults(both, steps) == ["arithmetic", None]
+    with pytest.raises(ValueError):
+        corrupt_solution(mia, 0, random.Random(0), ("typo",))
+    with pytest.raises(UserError):
+        WordProblemsTask(corrupt_kinds=["typo"])
+
+
 def test_wordproblems_reads_answers_as_a_model_writes_them():
     from cotrain.tasks.base import LabelLeak, blind
     from cotrain.tasks.wordproblems import WordProblemsTask

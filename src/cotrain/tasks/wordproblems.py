@@ -289,18 +289,28 @@ def final_rationale(problem: Problem, steps: tuple[str, ...] | list[str], answer
     return f"needs {len(problem.steps)}, shows {shown}; story {story_worked(problem)}; answer {copied}"
 
 
-def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
-    """The reference solution with a wrong result stated at step k (or at each step of a list), every
-    later step computing correctly from the previous, possibly wrong, result; the final line is the last
-    result. A wrong result is the step's true one moved by 1 to 3 either way, never the reference's
-    result of that step, so the final answer is wrong too (only + and - follow the first step).
+def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random,
+                     kinds: tuple[str, ...] = ("arithmetic",)) -> tuple[tuple[str, ...], str]:
+    """The reference solution with a false step at step k (or at each step of a list), every later step
+    computing correctly from the previous, possibly wrong, result; the final line is the last result.
+    Each false step is of a kind drawn from `kinds` (`STEP_FAULTS`; drawn only when there are several):
+    "arithmetic" states a wrong result (the true one moved by 1 to 3 either way); "operation" does
+    another operation than the story's (+ for -, - for +, + for *) correctly; "operand" takes an amount
+    1 to 3 away from the story's, one the story does not state, correctly. A step that cannot go wrong in
+    its kind there (its story calls for the other operation too; no unstated amount near) goes wrong in
+    its arithmetic. The false step's result is never the reference's result of that step, so the final
+    answer is wrong too (only + and - follow the first step), and the task's labels (`story_step_faults`)
+    name that step's kind.
 
     Raises:
-        ValueError: a step index out of range, or a problem whose steps are not `a op b = c`.
+        ValueError: a step index out of range, an unknown kind, or a problem whose steps are not `a op b = c`.
     """
     wrong = {k} if isinstance(k, int) else set(k)
     if not wrong or not all(isinstance(i, int) and 0 <= i < len(problem.steps) for i in wrong):
         raise ValueError(f"step index {k} out of range for {len(problem.steps)} steps")
+    if not kinds or not set(kinds) <= set(STEP_FAULTS):
+        raise ValueError(f"corruption kinds must be among {', '.join(STEP_FAULTS)}; got {kinds!r}")
+    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
     steps, count = [], 0
     for i, step in enumerate(problem.steps):
         m = _EQUATION.fullmatch(step.strip())
@@ -308,10 +318,32 @@ def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random) -
             raise ValueError(f"not a wordproblems step: {step!r}")
         a, op, b = (int(m[1]) if i == 0 else count), m[2], int(m[3])
         count = APPLY[op](a, b)
+        line = f"{a} {op} {b} = {count}"
         if i in wrong:  # never back on the reference's own result: the final answer stays wrong
-            count = rng.choice([v for v in range(count - 3, count + 4) if v not in (count, int(m[4]))])
-        steps.append(f"{a} {op} {b} = {count}")
+            kind = rng.choice(kinds) if len(kinds) > 1 else kinds[0]
+            line = _false_step(problem, steps, a, op, b, kind, quantities, int(m[4]), rng)
+            count = int(line.rsplit("=", 1)[1])
+        steps.append(line)
     return tuple(steps), "\n".join(steps) + f"\n#### {count}"
+
+
+def _false_step(problem: Problem, before: list[str], a: int, op: str, b: int, kind: str, quantities: set[int],
+                reference: int, rng: random.Random) -> str:
+    """Step `a op b` of `corrupt_solution` made false in `kind`, after the steps `before`; in its
+    arithmetic where `kind` cannot be made there."""
+    true = APPLY[op](a, b)
+    candidates = []
+    if kind == "operation":
+        other = {"+": "-", "-": "+", "*": "+"}[op]
+        candidates = [f"{a} {other} {b} = {APPLY[other](a, b)}"]
+    elif kind == "operand":
+        results = {c for line in before for *_, c in stated_equations(line)}
+        near = [x for x in range(b - 3, b + 4) if x >= 1 and x not in quantities | results]
+        candidates = [f"{a} {op} {x} = {APPLY[op](a, x)}" for x in rng.sample(near, len(near))]
+    for line in candidates:
+        if int(line.rsplit("=", 1)[1]) not in (true, reference) and story_step_faults(problem, [*before, line])[-1] == kind:
+            return line
+    return f"{a} {op} {b} = {rng.choice([v for v in range(true - 3, true + 4) if v not in (true, reference)])}"
 
 
 class WordProblemsTask:
@@ -321,20 +353,27 @@ class WordProblemsTask:
         n_steps: inclusive range of the number of steps of `train` and `test` problems.
         max_number: largest number a story states (train and test).
         ood_max_number: largest number of the `ood` split (default 3 x max_number).
+        corrupt_kinds: the kinds of false step `corrupt` injects (`STEP_FAULTS`), one drawn per false step;
+            the default, wrong results alone.
     """
 
     name = "wordproblems"
     splits = ("train", "test", "ood")
 
-    def __init__(self, n_steps: tuple[int, int] = (1, 2), max_number: int = 20, ood_max_number: int | None = None):
+    def __init__(self, n_steps: tuple[int, int] = (1, 2), max_number: int = 20, ood_max_number: int | None = None,
+                 corrupt_kinds: tuple[str, ...] | list[str] = ("arithmetic",)):
         if (not isinstance(n_steps, (list, tuple)) or len(n_steps) != 2 or not all(type(x) is int for x in n_steps)
                 or not 1 <= n_steps[0] <= n_steps[1] <= 6):
             raise UserError(f"wordproblems: n_steps must be [low, high] with 1 <= low <= high <= 6, got {n_steps!r}")
         for key, value in (("max_number", max_number), ("ood_max_number", ood_max_number)):
             if value is not None and (type(value) is not int or not 2 <= value <= 10_000):
                 raise UserError(f"wordproblems: {key} must be an integer from 2 to 10000, got {value!r}")
+        if (not isinstance(corrupt_kinds, (list, tuple)) or not corrupt_kinds
+                or not all(isinstance(x, str) and x in STEP_FAULTS for x in corrupt_kinds)):
+            raise UserError(f"wordproblems: corrupt_kinds must be a list of {', '.join(STEP_FAULTS)}, got {corrupt_kinds!r}")
         self.n_steps = (n_steps[0], n_steps[1])
         self.max_number = max_number
+        self.corrupt_kinds = tuple(corrupt_kinds)
         self.ood_max_number = ood_max_number or 3 * max_number
 
     def problems(self, split: str, n: int | None = None, seed: int = 0) -> list[Problem]:
@@ -372,8 +411,9 @@ class WordProblemsTask:
         return _integer(a) is not None and _integer(a) == _integer(b)
 
     def corrupt(self, problem: Problem, k: int | list[int], rng: random.Random) -> tuple[tuple[str, ...], str]:
-        """See `corrupt_solution`: (steps, solution) with a wrong result at step k, carried forward."""
-        return corrupt_solution(problem, k, rng)
+        """See `corrupt_solution`: (steps, solution) with a false step at step k (of a kind drawn from
+        `corrupt_kinds`), carried forward."""
+        return corrupt_solution(problem, k, rng, self.corrupt_kinds)
 
     def count_steps(self, steps: tuple[str, ...] | list[str]) -> int:
         """The steps of work a solution's lines show: the equations they state (`stated_equations`; two on
