@@ -956,7 +956,8 @@ def test_wordproblems_corrupt_injects_each_kind_of_false_step_and_labels_name_it
     assert seen == {"arithmetic", "operation", "operand"}
     mia = Problem(question="Mia has 7 pencils. She gets 5 more pencils. She gives away 4 pencils. How many pencils "
                   "does Mia have now?", answer="8", steps=("7 + 5 = 12", "12 - 4 = 8"))
-    assert corrupt_solution(mia, 0, random.Random(0), ("operation",)) == (("7 - 5 = 2", "2 - 4 = -2"), "7 - 5 = 2\n2 - 4 = -2\n#### -2")
+    assert corrupt_solution(mia, 0, random.Random(0), ("operation",)) == (
+        ("7 - 5 = 2", "2 - 4 = -2"), "7 - 5 = 2\n2 - 4 = -2\n#### -2")
     steps, _ = corrupt_solution(mia, 0, random.Random(1), ("operand",))
     first = steps[0].split()
     assert first[:2] == ["7", "+"] and int(first[2]) in (2, 3, 6, 8) and int(first[4]) == 7 + int(first[2])
