@@ -178,12 +178,17 @@ class CheckedEquation(NamedTuple):
     fault: str | None         # None when right, else the first of `STEP_FAULTS` that applies
 
 
+def story_quantities(problem: Problem) -> set[int]:
+    """The numbers its story states (the operands a step may take as "given")."""
+    return {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
+
+
 def checked_equations(problem: Problem, steps: tuple[str, ...] | list[str]) -> list[list[CheckedEquation]]:
     """Each step's equations judged against the story, in order. An operand must be a quantity of the
     question or a result stated before (earlier steps', or earlier in the same step); `*` must multiply the
     story's two factors, `+` add an amount it gains (either side), `-` take away an amount it loses; the
     equation must hold. Never raises."""
-    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
+    quantities = story_quantities(problem)
     products, gains, losses = _events(problem)
     results = set()
     out = []
@@ -310,7 +315,7 @@ def corrupt_solution(problem: Problem, k: int | list[int], rng: random.Random,
         raise ValueError(f"step index {k} out of range for {len(problem.steps)} steps")
     if not kinds or not set(kinds) <= set(STEP_FAULTS):
         raise ValueError(f"corruption kinds must be among {', '.join(STEP_FAULTS)}; got {kinds!r}")
-    quantities = {int(x) for x in re.findall(r"\d+", problem.question[:5000])}
+    quantities = story_quantities(problem)
     steps, count = [], 0
     for i, step in enumerate(problem.steps):
         m = _EQUATION.fullmatch(step.strip())
