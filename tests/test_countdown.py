@@ -325,3 +325,12 @@ def test_oracle_verdicts_are_the_process_labels_and_noise_flips_them():
                                    VerifierConfig(source="noisy", noise_fp=1.0, noise_fn=1.0), 0)
     assert [x.steps for x in flipped] == [[True, False, False], [False, False, True], [False]]
     assert [x.final for x in flipped] == [True, True, True]
+    # the final verdicts at their own rates; the steps and the draws unchanged
+    final_only = oracle_verifications(task, [problem] * 3, texts, [True, False, False],
+                                      VerifierConfig(source="noisy", noise_fp=1.0, noise_fn=1.0, noise_final_fp=0.0,
+                                                     noise_final_fn=1.0), 0)
+    assert [x.steps for x in final_only] == [x.steps for x in flipped]
+    assert [x.final for x in final_only] == [False, False, False]
+    same = VerifierConfig(source="noisy", noise_fp=0.3, noise_fn=0.2, noise_final_fp=0.3, noise_final_fn=0.2)
+    assert oracle_verifications(task, [problem] * 3, texts, [True, False, False], same, 5) == oracle_verifications(
+        task, [problem] * 3, texts, [True, False, False], VerifierConfig(source="noisy", noise_fp=0.3, noise_fn=0.2), 5)

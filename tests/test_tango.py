@@ -369,6 +369,8 @@ def test_the_cli_refuses_an_oracle_where_no_step_verdicts_are_read(tmp_path):
         assert proc.returncode == 2 and len(lines) == 1 and named in lines[0], proc.stderr[-500:]
     with pytest.raises(Exception, match="set verifier.source: noisy"):
         build_config(nano_config("tango", verifier={"noise_fp": 0.1}))
+    with pytest.raises(Exception, match="set verifier.source: noisy"):
+        build_config(nano_config("tango", verifier={"source": "oracle", "noise_final_fn": 0.5}))
 
 
 def test_check_starts_the_sparse_world_with_the_oracle(capsys):

@@ -39,7 +39,7 @@ from cotrain.precision import resolve_bf16
 from cotrain.registry import RECIPES
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.train.setup import build_task, derive_seed, initial_model, sample_batch, training_pool
-from cotrain.train.verifier import oracle_verifications, require_process_labels
+from cotrain.train.verifier import final_noise, oracle_verifications, require_process_labels
 
 SAMPLE_CHARS = 300
 """The sample completion is shown up to this many characters."""
@@ -169,8 +169,9 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         require_process_labels(task, cfg.verifier.source, cfg.task.name)
         first = oracle_verifications(task, problems[:1], texts[:1], [rewards[0] >= 1], cfg.verifier, seed=cfg.seed)[0]
         report["verification"] = {"source": cfg.verifier.source, "steps": first.steps, "final": first.final}
-        noise = (f" flipped at noise_fp {cfg.verifier.noise_fp:g}, noise_fn {cfg.verifier.noise_fn:g}"
-                 if cfg.verifier.source == "noisy" else "")
+        final_fp, final_fn = final_noise(cfg.verifier)
+        noise = (f" flipped at noise_fp {cfg.verifier.noise_fp:g}, noise_fn {cfg.verifier.noise_fn:g}, final verdicts "
+                 f"at {final_fp:g} / {final_fn:g}" if cfg.verifier.source == "noisy" else "")
         say(f"verify    {cfg.verifier.source} (the task's process labels{noise}; no verifier model), first sample: "
             f"{sum(first.steps)}/{len(first.steps)} steps approved, final verdict "
             f"{'CORRECT' if first.final else 'INCORRECT'}")

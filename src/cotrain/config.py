@@ -247,14 +247,20 @@ class VerifierConfig(_Section):
         "source noisy: the chance that a false step (or a wrong solution's final verdict) is approved."))
     noise_fn: float = Field(0.0, ge=0, le=1, description=(
         "source noisy: the chance that a right step (or a correct solution's final verdict) is rejected."))
+    noise_final_fp: float | None = Field(None, ge=0, le=1, description=(
+        "source noisy: the chance that a wrong solution's final verdict is approved, where it differs from the "
+        "steps' (a learned verifier's whole verdicts often err more than its step verdicts). None: noise_fp."))
+    noise_final_fn: float | None = Field(None, ge=0, le=1, description=(
+        "source noisy: the chance that a correct solution's final verdict is rejected. None: noise_fn."))
 
     @model_validator(mode="after")
     def _check(self):
         ModelConfig.check_device(self.device)
         _one_decoding("verifier", self)
-        if self.source != "noisy" and (self.noise_fp or self.noise_fn):
-            raise ValueError(f"verifier.noise_fp and noise_fn flip the oracle's verdicts: set verifier.source: noisy "
-                             f"(it is {self.source})")
+        if self.source != "noisy" and (self.noise_fp or self.noise_fn or self.noise_final_fp is not None
+                                       or self.noise_final_fn is not None):
+            raise ValueError(f"verifier.noise_fp, noise_fn, noise_final_fp and noise_final_fn flip the oracle's verdicts: "
+                             f"set verifier.source: noisy (it is {self.source})")
         if self.warmup_corrupt_frac + self.warmup_clean_frac > 1:
             raise ValueError(f"verifier.warmup_corrupt_frac + warmup_clean_frac must be at most 1, got "
                              f"{self.warmup_corrupt_frac} + {self.warmup_clean_frac}")

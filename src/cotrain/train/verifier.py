@@ -134,7 +134,8 @@ def oracle_verifications(task, problems: list, texts: list[str], correct: list[b
     """What a perfect verifier would say of each sample (`verifier.source: oracle`): each step's verdict
     from the task's process labels, the final verdict from the ground truth; with `verifier.source: noisy`,
     flipped at `noise_fp` (false steps and wrong solutions approved) and `noise_fn` (right steps and
-    correct solutions rejected), from a generator seeded with `seed`."""
+    correct solutions rejected), the final verdicts at `noise_final_fp` / `noise_final_fn` where they are
+    set, from a generator seeded with `seed` (one draw per verdict whatever the rates)."""
     rng = random.Random(seed)
     out = []
     for p, text, ok in zip(problems, texts, correct, strict=True):
@@ -142,9 +143,16 @@ def oracle_verifications(task, problems: list, texts: list[str], correct: list[b
         final = bool(ok)
         if v.source == "noisy":
             labels = flip_verdicts(labels, v.noise_fp, v.noise_fn, rng)
-            final = flip_verdicts([final], v.noise_fp, v.noise_fn, rng)[0]
+            final = flip_verdicts([final], *final_noise(v), rng)[0]
         out.append(Verification(steps=labels, final=final, format=1.0))
     return out
+
+
+def final_noise(v: VerifierConfig) -> tuple[float, float]:
+    """The noisy oracle's final-verdict rates (approve a wrong solution, reject a correct one): its
+    `noise_final_fp` / `noise_final_fn`, the step rates where those are unset."""
+    return (v.noise_fp if v.noise_final_fp is None else v.noise_final_fp,
+            v.noise_fn if v.noise_final_fn is None else v.noise_final_fn)
 
 
 def step_monitors(task, problems: list, texts: list[str], parsed: list[Verification],
