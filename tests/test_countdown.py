@@ -307,6 +307,24 @@ def test_process_localisation_worked_by_hand():
                    "process/after_first_false_false": pytest.approx(0.5)}
 
 
+def test_held_out_step_verdicts_by_fault_by_hand():
+    """`step_verdicts`: the first sample's false step (a wrong result) caught and a right step rejected, the
+    second's (an unavailable operand) missed, the third's verdicts of another count left out: 3 of 4 right
+    steps approved, 1 of 2 false steps caught (the wrong result 1/1, the operand 0/1), the first false step
+    found in 1 of 2."""
+    from cotrain.eval.verifier_eval import step_verdicts
+    from cotrain.roles.verifier import Verification
+    from cotrain.tasks.base import Problem
+
+    task = CountdownTask(n_numbers=(4, 4), max_number=15, max_value=150, waypoints=True)
+    problem = Problem(question=W, answer="44", steps=("3*5=15", "15+7=22", "22*2=44"))
+    texts = ["3+5=15\n15+7=22\n22*2=44\n#44", "3*5=15\n15+7=22\n22*3=66\n#66", "3*5=15\n#15"]
+    parsed = [Verification([False, True, False], False), Verification([True] * 3, True), Verification([True, False], True)]
+    assert step_verdicts(task, [problem] * 3, texts, parsed) == {
+        "usable": pytest.approx(2 / 3), "approve_right": 0.75, "catch_false": 0.5, "catch/step": 1.0,
+        "catch/operand": 0.0, "first_false_agree": 0.5}
+
+
 def test_oracle_verdicts_are_the_process_labels_and_noise_flips_them():
     """`verifier.source: oracle` gives each step the task's label and the final verdict the ground truth;
     `noisy` with rates 1 and 1 flips every one of them; the faults are named per step."""

@@ -399,6 +399,8 @@ def test_an_oracle_run_without_steps_measures_its_world_for_the_worlds_table(sft
     assert 0 <= m["all_wrong@4"] <= 1 and m["accuracy"] == 1.0 and m["n"] == 48
     if m.get("process/n_failed"):
         assert m["process/first_rejected_match"] == 1.0
+    # one oracle verdict per step, each the label: every right step approved, every false one caught
+    assert m["step/usable"] == 1.0 and m.get("step/approve_right", 1.0) == 1.0 == m.get("step/catch_false", 1.0)
     assert "| nano |" in world_table(tmp_path / "worlds")
     # eval.n_sampled 0: the run's end samples nothing more (a ceiling run of SmolLM2 had spent 1,600 samples here)
     raw["eval"]["n_sampled"] = 0

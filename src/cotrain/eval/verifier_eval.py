@@ -11,6 +11,7 @@ from cotrain.eval.verifier_metrics import (
     best_of_n,
     earliest_error_metrics,
     first_error,
+    step_verdict_metrics,
     verdict_metrics,
     verifier_gap,
     weighted_vote,
@@ -94,6 +95,21 @@ def process_localisation(task: Task, problems: list[Problem], texts: list[str], 
     return out
 
 
+def step_verdicts(task: Task, problems: list[Problem], texts: list[str], parsed: list[Verification]) -> dict[str, float]:
+    """The verifier's step verdicts on samples against the task's process labels (`step_verdict_metrics`:
+    `approve_right`, `catch_false`, `catch/<kind>`, `first_false_agree`, `usable`), each step judged once,
+    by its fault where the task names them (`task.step_kinds`). Empty without process labels."""
+    if not hasattr(task, "step_labels"):
+        return {}
+    steps = [[line for _, line in split_steps(t)] for t in texts]
+    if hasattr(task, "step_kinds"):
+        kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)]
+        labels = [[k is None for k in ks] for ks in kinds]
+    else:
+        kinds, labels = None, [task.step_labels(p, s) for p, s in zip(problems, steps)]
+    return step_verdict_metrics([v.steps for v in parsed], labels, kinds)
+
+
 def injected_error_set(task: Task, problems: list[Problem], seed: int = EVAL_SEED) -> list[tuple[Problem, str, int | None]]:
     """Balanced held-out solutions for process evaluation: the reference solution of every other problem,
     and for the rest the reference with an error injected at a uniformly drawn step (`task.corrupt`).
@@ -153,8 +169,8 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     (`bon@k`) and verifier-weighted voting (`wvote@k`) accuracy per problem next to the generator's own
     `maj@k` and `mean@k` (its sampled accuracy) on the same samples, `gap/majority` = maj@k − mean@k,
     the share of problems whose k samples are all wrong (`all_wrong@k`), each error kind's catch rate
-    (`caught_by_kind`), where wrong samples first go wrong (`process_localisation`) and the verdicts
-    overruled by a rejected step (`strict_metrics`).
+    (`caught_by_kind`), where wrong samples first go wrong (`process_localisation`), the verdicts
+    overruled by a rejected step (`strict_metrics`) and the step verdicts by fault (`step/`, `step_verdicts`).
 
     Args:
         verifiers: {name: (model, tokenizer)}, or {name: judge} with judge(problems, texts, correct) -> the
@@ -193,6 +209,7 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
         m.update(caught_by_kind(task, flat_problems, texts, [v.final for v in parsed]))
         m.update(process_localisation(task, flat_problems, texts, parsed, correct))
         m.update(strict_metrics(parsed, correct))
+        m.update({f"step/{key}": x for key, x in step_verdicts(task, flat_problems, texts, parsed).items()})
         out[name] = m
     return out
 

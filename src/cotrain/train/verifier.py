@@ -16,8 +16,8 @@ from cotrain import dist
 from cotrain.config import RunConfig, VerifierConfig
 from cotrain.errors import UserError
 from cotrain.eval.metrics import majority_gap
-from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, verifier_score
-from cotrain.eval.verifier_metrics import step_verdict_metrics, verdict_metrics, verifier_gap
+from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, step_verdicts, verifier_score
+from cotrain.eval.verifier_metrics import verdict_metrics, verifier_gap
 from cotrain.models.build import load_model, save_model
 from cotrain.models.generate import Rollout, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, uses_chat
@@ -163,15 +163,7 @@ def step_monitors(task, problems: list, texts: list[str], parsed: list[Verificat
     `gen/early_stop` and `gen/early_stop_right` (`early_stop_metrics`), with the solutions' layout
     (`step_shape_metrics`)."""
     out = {**early_stop_metrics(complete, correct), **step_shape_metrics(task, texts)}
-    if not hasattr(task, "step_labels"):
-        return out
-    steps = [[line for _, line in split_steps(t)] for t in texts]
-    if hasattr(task, "step_kinds"):  # each step judged once: a right step is one without a fault
-        kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)]
-        labels = [[k is None for k in ks] for ks in kinds]
-    else:
-        kinds, labels = None, [task.step_labels(p, s) for p, s in zip(problems, steps)]
-    m = step_verdict_metrics([x.steps for x in parsed], labels, kinds)
+    m = step_verdicts(task, problems, texts, parsed)
     names = {"approve_right": "step_approve_right", "catch_false": "step_catch", "first_false_agree": "first_false_agree"}
     out.update({f"cotrain/{names.get(k, k.replace('catch/', 'step_catch/'))}": x for k, x in m.items() if k != "usable"})
     return out
