@@ -322,7 +322,7 @@ def test_held_out_step_verdicts_by_fault_by_hand():
     parsed = [Verification([False, True, False], False), Verification([True] * 3, True), Verification([True, False], True)]
     assert step_verdicts(task, [problem] * 3, texts, parsed) == {
         "usable": pytest.approx(2 / 3), "approve_right": 0.75, "catch_false": 0.5, "catch/step": 1.0,
-        "catch/operand": 0.0, "first_false_agree": 0.5}
+        "catch/operand": 0.0, "first_false_agree": 0.5, "n_false/step": 1.0, "n_false/operand": 1.0}
 
 
 def test_oracle_verdicts_are_the_process_labels_and_noise_flips_them():

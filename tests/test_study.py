@@ -118,6 +118,28 @@ def test_world_table_marks_each_goal_missed(tmp_path, capsys):
     assert (tmp_path / "table.md").is_file()
 
 
+def test_warmup_table_reads_each_start_against_the_target(tmp_path, capsys):
+    """Three warm-ups: one meeting both goals (its 4-step `format` kind left out of the weakest); one whose
+    whole verdicts pass and whose `operation` steps are caught at 0.75; an older one without step verdicts
+    by fault, whose whole verdicts miss (0.65): no. One more, an older one that passes its whole verdicts,
+    cannot say."""
+    good = {"n": 256.0, "balanced_accuracy": 0.9, "auroc": 0.95, "strict/balanced_accuracy": 0.91,
+            "step/approve_right": 0.96, "step/catch_false": 0.88, "step/catch/arithmetic": 0.95, "step/n_false/arithmetic": 40.0,
+            "step/catch/operation": 0.82, "step/n_false/operation": 30.0, "step/catch/format": 0.0, "step/n_false/format": 4.0}
+    weak_kind = {**good, "step/catch/operation": 0.75}
+    old = {"n": 256.0, "balanced_accuracy": 0.65, "auroc": 0.76}
+    for name, m in (("a_good", good), ("b_kind", weak_kind), ("c_old", old), ("d_old_pass", {**old, "balanced_accuracy": 0.86})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps({"verifier_warmup": {
+            "test": m, "test_injected": {"balanced_accuracy": 0.781}}}))
+    assert main(["study", str(tmp_path), "--warmups"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2] == "| a_good | 256 | 0.900 | 0.950 | 0.910 | 0.960 | 0.880 | 0.820 (operation) | 0.781 | holds |"
+    assert lines[3] == "| b_kind | 256 | 0.900 | 0.950 | 0.910 | 0.960 | 0.880 | 0.750 ✗ (operation) | 0.781 | does not hold |"
+    assert lines[4] == "| c_old | 256 | 0.650 ✗ | 0.760 | – | – | – | – | 0.781 | does not hold |"
+    assert lines[5].endswith("| – | 0.781 | cannot say |") and (tmp_path / "table.md").is_file()
+
+
 def test_at_flops_and_the_equal_compute_column(tmp_path):
     """grpo_long evaluated at 0, 10, 20 steps of 4e9 FLOPs each: at 0, 4e10, 8e10 FLOPs, accuracy 0.1, 0.35,
     0.5. Tango's final FLOPs 6.5e10 (5e9 of warm-up): grpo_long at 6.5e10 -> its 4e10 point, 0.35; at

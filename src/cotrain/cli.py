@@ -381,7 +381,7 @@ def cmd_archive(args) -> int:
 
 
 def cmd_study(args) -> int:
-    from cotrain.analysis.study import build_gains, build_study, verifier_table, world_table
+    from cotrain.analysis.study import build_gains, build_study, verifier_table, warmup_table, world_table
     from cotrain.runs.alarms import alarm_table
 
     if args.alarms:
@@ -396,6 +396,11 @@ def cmd_study(args) -> int:
         return 0
     if args.gains:
         print(build_gains(args.study))
+        return 0
+    if args.warmups:
+        text = warmup_table(args.study)
+        (Path(args.study) / "table.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
         return 0
     if args.worlds:
         text = world_table(args.study)
@@ -519,6 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("study", help="the study directory, e.g. results/sparse")
     st.add_argument("--worlds", action="store_true", help=("the directory holds <world>/eval.json of runs without "
                                                            "generator steps: tabulate each world's measurements at its start"))
+    st.add_argument("--warmups", action="store_true", help=("the directory holds <warm-up>/eval.json of verifier "
+                                                            "warm-ups: tabulate each against a verifier start's target"))
     st.add_argument("--verifiers", action="store_true", help=("the co-trained verifier against its warm-up start, per "
                                                               "arm and error kind, paired by seed; writes verifiers.md"))
     st.add_argument("--gains", action="store_true", help=("STUDY is a gains spec (YAML): co-training's gain over grpo in "

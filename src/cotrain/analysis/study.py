@@ -745,6 +745,52 @@ def world_table(worlds_dir: str | Path, split: str = "test") -> str:
     return "\n".join(rows)
 
 
+# ---------------------------------------------------------------- verifier starts: a warm-up against its target
+
+START_GOAL = 0.85     # a warmed-up verifier judges the generator's whole samples at this balanced accuracy ...
+START_KIND_GOAL = 0.8  # ... and rejects at least this share of each kind of false step (with >= 10 of the kind)
+
+
+def warmup_row(name: str, m: dict, injected: dict) -> tuple[str, bool | None]:
+    """One markdown row of a verifier warm-up's measurements (eval.json `verifier_warmup`: `test`, the
+    generator's own samples, and `test_injected`) and whether it meets START_GOAL and START_KIND_GOAL:
+    None where the step verdicts by fault were not measured (an older run) and the whole verdicts meet
+    their goal, so the row cannot say."""
+    def fmt(value, goal=None):
+        if value is None:
+            return "–"
+        return f"{value:.3f}" + ("" if goal is None or value >= goal else " ✗")
+
+    ba = m.get("balanced_accuracy")
+    kinds = {k.removeprefix("step/catch/"): v for k, v in m.items() if k.startswith("step/catch/")
+             and m.get("step/n_false/" + k.removeprefix("step/catch/"), 0) >= 10}
+    worst = min(kinds.items(), key=lambda kv: kv[1]) if kinds else None
+    whole = ba is not None and ba >= START_GOAL
+    ok = (whole and worst[1] >= START_KIND_GOAL) if worst is not None else (False if not whole else None)
+    cells = [name, f"{m.get('n', 0):.0f}", fmt(ba, START_GOAL), fmt(m.get("auroc")), fmt(m.get("strict/balanced_accuracy")),
+             fmt(m.get("step/approve_right")), fmt(m.get("step/catch_false")),
+             "–" if worst is None else f"{fmt(worst[1], START_KIND_GOAL)} ({worst[0]})",
+             fmt(injected.get("balanced_accuracy")), VERDICT[ok]]
+    return "| " + " | ".join(cells) + " |", ok
+
+
+def warmup_table(warmups_dir: str | Path) -> str:
+    """Every `<warmups_dir>/<warm-up>/eval.json` against a verifier start's target: balanced accuracy on
+    the generator's own samples ≥ START_GOAL and every fault kind's false steps caught ≥ START_KIND_GOAL
+    (✗ marks a goal missed; kinds with fewer than 10 false steps are left out of the weakest)."""
+    rows = [f"| warm-up | generator samples | balanced accuracy (≥ {START_GOAL}) | AUROC | strict balanced accuracy | "
+            f"right steps approved | false steps caught | weakest catch by fault (≥ {START_KIND_GOAL}) | "
+            "injected references: balanced accuracy | meets the target |",
+            "|---|---:|---|---|---|---|---|---|---|---|"]
+    found = sorted(Path(warmups_dir).glob("*/eval.json"))
+    if not found:
+        raise UserError(f"{warmups_dir}: no <warm-up>/eval.json")
+    for ev in found:
+        data = json.loads(ev.read_text(encoding="utf-8")).get("verifier_warmup") or {}
+        rows.append(warmup_row(ev.parent.name, data.get("test", {}), data.get("test_injected", {}))[0])
+    return "\n".join(rows)
+
+
 # ---------------------------------------------------------------- a gain across settings
 
 def _lookup(data, key: str):

@@ -98,7 +98,8 @@ def process_localisation(task: Task, problems: list[Problem], texts: list[str], 
 def step_verdicts(task: Task, problems: list[Problem], texts: list[str], parsed: list[Verification]) -> dict[str, float]:
     """The verifier's step verdicts on samples against the task's process labels (`step_verdict_metrics`:
     `approve_right`, `catch_false`, `catch/<kind>`, `first_false_agree`, `usable`), each step judged once,
-    by its fault where the task names them (`task.step_kinds`). Empty without process labels."""
+    by its fault where the task names them (`task.step_kinds`), with `n_false/<kind>`, the false steps of
+    each kind counted (in the solutions whose verdicts are usable). Empty without process labels."""
     if not hasattr(task, "step_labels"):
         return {}
     steps = [[line for _, line in split_steps(t)] for t in texts]
@@ -107,7 +108,14 @@ def step_verdicts(task: Task, problems: list[Problem], texts: list[str], parsed:
         labels = [[k is None for k in ks] for ks in kinds]
     else:
         kinds, labels = None, [task.step_labels(p, s) for p, s in zip(problems, steps)]
-    return step_verdict_metrics([v.steps for v in parsed], labels, kinds)
+    out = step_verdict_metrics([v.steps for v in parsed], labels, kinds)
+    for i, (v, lab) in enumerate(zip(parsed, labels)):
+        if v.steps is not None and len(v.steps) == len(lab):
+            for k, right in enumerate(lab):
+                if not right:
+                    key = "n_false/" + ((kinds[i][k] if kinds is not None else None) or "step")
+                    out[key] = out.get(key, 0.0) + 1
+    return out
 
 
 def injected_error_set(task: Task, problems: list[Problem], seed: int = EVAL_SEED) -> list[tuple[Problem, str, int | None]]:

@@ -165,7 +165,8 @@ def step_monitors(task, problems: list, texts: list[str], parsed: list[Verificat
     out = {**early_stop_metrics(complete, correct), **step_shape_metrics(task, texts)}
     m = step_verdicts(task, problems, texts, parsed)
     names = {"approve_right": "step_approve_right", "catch_false": "step_catch", "first_false_agree": "first_false_agree"}
-    out.update({f"cotrain/{names.get(k, k.replace('catch/', 'step_catch/'))}": x for k, x in m.items() if k != "usable"})
+    out.update({f"cotrain/{names.get(k, k.replace('catch/', 'step_catch/'))}": x for k, x in m.items()
+                if k != "usable" and not k.startswith("n_false/")})
     return out
 
 
