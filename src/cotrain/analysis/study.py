@@ -728,6 +728,14 @@ def world_row(name: str, m: dict) -> tuple[str, bool]:
     return "| " + " | ".join(cells) + " |", ok
 
 
+def _evals(directory: str | Path, what: str) -> list[tuple[str, dict]]:
+    """(name, eval.json) of every `<directory>/<name>/eval.json`, sorted by name."""
+    found = sorted(Path(directory).glob("*/eval.json"))
+    if not found:
+        raise UserError(f"{directory}: no <{what}>/eval.json")
+    return [(ev.parent.name, json.loads(ev.read_text(encoding="utf-8"))) for ev in found]
+
+
 def world_table(worlds_dir: str | Path, split: str = "test") -> str:
     """The measurements of every `<worlds_dir>/<world>/eval.json` against the goals (✗ marks a goal missed;
     error kinds with fewer than 10 samples are left out of the weakest catch)."""
@@ -735,13 +743,8 @@ def world_table(worlds_dir: str | Path, split: str = "test") -> str:
             "step not the last (≥ 0.5) | verifier's first rejected step = it (≥ 0.7) | balanced accuracy (≥ 0.9) | "
             "wrong samples (≥ 100) | right samples (≥ 100) | weakest catch by error kind (≥ 0.8) | meets all |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    found = sorted(Path(worlds_dir).glob("*/eval.json"))
-    if not found:
-        raise UserError(f"{worlds_dir}: no <world>/eval.json")
-    for ev in found:
-        data = json.loads(ev.read_text(encoding="utf-8"))  # the warmed-up verifier's, or the oracle's measurement
-        m = (data.get("verifier_warmup") or data.get("oracle") or {}).get(split, {})
-        rows.append(world_row(ev.parent.name, m)[0])
+    for name, data in _evals(worlds_dir, "world"):  # the warmed-up verifier's, or the oracle's measurement
+        rows.append(world_row(name, (data.get("verifier_warmup") or data.get("oracle") or {}).get(split, {}))[0])
     return "\n".join(rows)
 
 
@@ -782,12 +785,9 @@ def warmup_table(warmups_dir: str | Path) -> str:
             f"right steps approved | false steps caught | weakest catch by fault (≥ {START_KIND_GOAL}) | "
             "injected references: balanced accuracy | meets the target |",
             "|---|---:|---|---|---|---|---|---|---|---|"]
-    found = sorted(Path(warmups_dir).glob("*/eval.json"))
-    if not found:
-        raise UserError(f"{warmups_dir}: no <warm-up>/eval.json")
-    for ev in found:
-        data = json.loads(ev.read_text(encoding="utf-8")).get("verifier_warmup") or {}
-        rows.append(warmup_row(ev.parent.name, data.get("test", {}), data.get("test_injected", {}))[0])
+    for name, data in _evals(warmups_dir, "warm-up"):
+        data = data.get("verifier_warmup") or {}
+        rows.append(warmup_row(name, data.get("test", {}), data.get("test_injected", {}))[0])
     return "\n".join(rows)
 
 
