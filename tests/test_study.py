@@ -8,6 +8,7 @@ import pytest
 from cotrain.analysis.study import build_study, load_study, mean_curve, steps_to_reach
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
+from cotrain.runs.rundir import write_jsonl_gz_atomic
 
 
 def _fake_run(d, test, ood, curve, flops_per_step=1e9, warmup=0.0, alpha=None, config="recipe: grpo\n",
@@ -42,11 +43,14 @@ def test_archive_keeps_results_gzipped_and_a_start_without_its_optimizer(tmp_pat
     model.mkdir(parents=True)
     for name in ("config.json", "model.safetensors", "optim.pt", "tokenizer.json"):
         (model / name).write_text(name)
+    write_jsonl_gz_atomic(run / "verifications" / "verifier_test.jsonl.gz", [{"correct": True, "final": False}])
     archive_run(run, tmp_path / "a", command="cotrain run x.yaml", model=model)
     archive_run(run, tmp_path / "b")
     kept = sorted(p.name for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert kept == ["COMMAND", "config.json", "config.yaml", "env.json", "eval.json", "metrics.jsonl.gz",
-                    "model.safetensors", "tokenizer.json"]
+                    "model.safetensors", "tokenizer.json", "verifier_test.jsonl.gz"]
+    assert gzip.decompress((tmp_path / "a" / "verifications" / "verifier_test.jsonl.gz").read_bytes()) == (
+        b'{"correct": true, "final": false}\n')
     assert gzip.decompress((tmp_path / "a" / "metrics.jsonl.gz").read_bytes()) == (run / "metrics.jsonl").read_bytes()
     # the same file gives the same bytes (no name or time in the gzip header)
     assert (tmp_path / "a" / "metrics.jsonl.gz").read_bytes() == (tmp_path / "b" / "metrics.jsonl.gz").read_bytes()
@@ -138,6 +142,33 @@ def test_warmup_table_reads_each_start_against_the_target(tmp_path, capsys):
     assert lines[3] == "| b_kind | 256 | 0.900 | 0.950 | 0.910 | 0.960 | 0.880 | 0.750 ✗ (operation) | 0.781 | does not hold |"
     assert lines[4] == "| c_old | 256 | 0.650 ✗ | 0.760 | – | – | – | – | 0.781 | does not hold |"
     assert lines[5].endswith("| – | 0.781 | cannot say |") and (tmp_path / "table.md").is_file()
+    assert len(lines) == 6  # no warm-up kept its verifications
+
+
+def test_warmup_table_says_where_the_whole_verdicts_go_wrong(tmp_path, capsys):
+    """A warm-up that kept its verifications: of its two right samples it rejects, one with its final line
+    as taught (and a step rejected), one whose line counts the shown steps wrong; the wrong sample it
+    approves copies another answer; the right sample it approves is no error."""
+    taught = "Step 1: CORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 12 CORRECT"
+    wrong = "Step 1: INCORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 13 INCORRECT"
+    rows = [{"correct": True, "final": False, "steps": [False], "reference": taught,
+             "verification": "Step 1: INCORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 12 INCORRECT"},
+            {"correct": True, "final": False, "steps": [True], "reference": taught,
+             "verification": "Step 1: CORRECT\nFinal: needs 1, shows 0; story 7 + 5 is 12; answer 12 INCORRECT"},
+            {"correct": False, "final": True, "steps": [True], "reference": wrong,
+             "verification": "Step 1: CORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 12 CORRECT"},
+            {"correct": True, "final": True, "steps": [True], "reference": taught, "verification": taught}]
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "eval.json").write_text(json.dumps({"verifier_warmup": {"test": {"n": 4.0, "balanced_accuracy": 0.5}}}))
+    write_jsonl_gz_atomic(tmp_path / "w" / "verifications" / "verifier_warmup_test.jsonl.gz", rows)
+    assert main(["study", str(tmp_path), "--warmups"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-4] == "| warm-up | side | samples | a step rejected too | differs at answer | differs at shows | line as taught |"
+    assert lines[-2] == "| w | right, rejected | 2 | 1 | 0 | 1 | 1 |"
+    assert lines[-1] == "| w | wrong, not rejected | 1 | – | 1 | 0 | 0 |"
+    (tmp_path / "w" / "verifications" / "verifier_warmup_test.jsonl.gz").write_bytes(b"not gzip")
+    assert main(["study", str(tmp_path), "--warmups"]) == 2
+    assert "not gzipped JSON lines" in capsys.readouterr().err
 
 
 def test_at_flops_and_the_equal_compute_column(tmp_path):

@@ -1,5 +1,6 @@
 """The co-training recipes (tango, frozen_verifier, GAR): the warm-up verifier's competence, smoke
 runs of every variant, a fixed-seed regression and exact resume."""
+import gzip
 import json
 import math
 from pathlib import Path
@@ -10,6 +11,7 @@ import yaml
 from safetensors.torch import load_file
 
 from cotrain.config import VerifierConfig, build_config
+from cotrain.roles.verifier import parse
 from cotrain.train import verifier as train_verifier
 from tests.conftest import ASSETS, nano_config, run_recipe
 from tests.golden import assert_golden, golden_metrics, mismatch
@@ -122,6 +124,13 @@ def test_frozen_verifier_never_trains_the_verifier(sft_run, tmp_path, monkeypatc
     assert judged == [["verifier_warmup"]]
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["verifier"] == saved["verifier_warmup"] and "test_injected" in saved["verifier"]
+    # what its figures were counted from, sample by sample, beside what it was taught to write
+    with gzip.open(tmp_path / "verifications" / "verifier_warmup_test.jsonl.gz", "rt", encoding="utf-8") as f:
+        kept = [json.loads(line) for line in f]
+    m = saved["verifier"]["test"]
+    assert len(kept) == m["n"] and sum(r["correct"] for r in kept) == pytest.approx(m["base_rate"] * m["n"])
+    assert sum(r["final"] is True for r in kept) == pytest.approx(m["approve_rate"] * m["n"])
+    assert all(parse(r["verification"]).final == r["final"] and r["reference"] for r in kept)
     assert not _changed(tmp_path / "warmup" / "verifier", tmp_path / "final" / "verifier")
     assert _changed(start / "final" / "generator", tmp_path / "final" / "generator")
     assert not any("ver/reward" in r for r in _rows(tmp_path))

@@ -289,3 +289,35 @@ def test_strict_verdict_worked_by_hand():
     assert strict_verdict(Verification(steps=[], final=True)) is True
     assert strict_metrics(parsed, [True, True, False, False]) == {"strict/balanced_accuracy": 0.75,
                                                                   "strict/approve_rate": 0.25}
+
+
+def test_whole_verdict_errors_by_hand():
+    """Six verified samples and one the oracle judged: right ones rejected with the taught line (a step
+    rejected too), a line that says fewer steps shown, no final line, a line that stops short; a wrong one
+    approved with another answer copied; one wrong sample rejected and the oracle's record are no errors
+    counted. The final line's parts are named by their first word; a part that starts with a number takes
+    the name before it."""
+    from cotrain.eval.verifier_metrics import final_note_parts, whole_verdict_errors
+
+    assert final_note_parts("Step 1: CORRECT\nFinal: needs 2, shows 2; story 7 + 5 is 12, 12 - 4 is 8; answer 8 CORRECT") == [
+        ("needs", "needs 2"), ("shows", "shows 2"), ("story", "story 7 + 5 is 12"), ("story", "12 - 4 is 8"),
+        ("answer", "answer 8")]
+    assert final_note_parts("#12 ok") == [("note", "12")] and final_note_parts("Step 1: ok") is None
+    taught = "Final: needs 2, shows 2; story 7 + 5 is 12, 12 - 4 is 8; answer 8 CORRECT"
+    records = [
+        {"correct": True, "final": False, "steps": [True, False], "reference": taught,
+         "verification": taught.replace("CORRECT", "INCORRECT")},
+        {"correct": True, "final": False, "steps": [True, True], "reference": taught,
+         "verification": "Final: needs 2, shows 1; story 7 + 5 is 12, 12 - 4 is 8; answer 8 INCORRECT"},
+        {"correct": True, "final": None, "steps": [True], "reference": taught, "verification": "Step 1: CORRECT"},
+        {"correct": True, "final": False, "steps": [True, True], "reference": taught,
+         "verification": "Final: needs 2, shows 2; story 7 + 5 is 12 INCORRECT"},
+        {"correct": False, "final": True, "steps": [True, True], "reference": taught.replace("8 CORRECT", "9 INCORRECT"),
+         "verification": taught},
+        {"correct": False, "final": False, "steps": [True, False], "reference": taught, "verification": taught},
+        {"correct": True, "final": False, "steps": [], "reference": taught, "verification": None},
+    ]
+    assert whole_verdict_errors(records) == {
+        "right_rejected": {"n": 4, "a step rejected": 1, "line as taught": 1, "differs at shows": 1, "no verdict": 1,
+                           "differs at length": 1},
+        "wrong_approved": {"n": 1, "differs at answer": 1}}

@@ -12,6 +12,7 @@ log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`)
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -22,6 +23,7 @@ from pathlib import Path
 from cotrain.analysis.plot import load_metrics
 from cotrain.config import RENAMED_SECTIONS, read_yaml_mapping
 from cotrain.errors import UserError
+from cotrain.eval.verifier_metrics import whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
 from cotrain.stats import (POINTS, Criterion, auto_criteria, ceiling_share, mean_ci95, paired_difference,
                            plan_criteria)
@@ -785,9 +787,39 @@ def warmup_table(warmups_dir: str | Path) -> str:
             f"right steps approved | false steps caught | weakest catch by fault (≥ {START_KIND_GOAL}) | "
             "injected references: balanced accuracy | meets the target |",
             "|---|---:|---|---|---|---|---|---|---|---|"]
+    errors = {}
     for name, data in _evals(warmups_dir, "warm-up"):
         data = data.get("verifier_warmup") or {}
         rows.append(warmup_row(name, data.get("test", {}), data.get("test_injected", {}))[0])
+        kept = Path(warmups_dir) / name / "verifications" / "verifier_warmup_test.jsonl.gz"
+        if kept.is_file():
+            errors[name] = whole_verdict_errors(_jsonl_gz(kept))
+    return "\n".join(rows) + ("\n\n" + whole_error_table(errors) if errors else "")
+
+
+def _jsonl_gz(path: Path) -> list[dict]:
+    """The rows of a gzipped JSON-lines file (`runs.rundir.write_jsonl_gz_atomic`)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: not gzipped JSON lines ({err})") from None
+
+
+def whole_error_table(errors: dict[str, dict[str, dict[str, int]]]) -> str:
+    """Where each warm-up's whole verdicts on the generator's samples go wrong (`whole_verdict_errors` of
+    its `verifications/`): the right samples it rejects and the wrong ones it approves, by the first part
+    of its final line that differs from the one it was taught."""
+    causes = sorted({c for e in errors.values() for side in e.values() for c in side if c not in ("n", "a step rejected")})
+    rows = ["Where its whole verdicts go wrong: the first part of its final line that differs from the one it was "
+            "taught (`line as taught`: the same line, the other verdict).", "",
+            "| warm-up | side | samples | a step rejected too | " + " | ".join(causes) + " |",
+            "|---|---|---:|---:|" + "---:|" * len(causes)]
+    for name, e in errors.items():
+        for side, label in (("right_rejected", "right, rejected"), ("wrong_approved", "wrong, not rejected")):
+            c = e.get(side, {})
+            step = str(c.get("a step rejected", 0)) if side == "right_rejected" else "–"
+            rows.append(f"| {name} | {label} | {c.get('n', 0)} | {step} | " + " | ".join(str(c.get(x, 0)) for x in causes) + " |")
     return "\n".join(rows)
 
 

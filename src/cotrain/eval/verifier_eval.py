@@ -16,8 +16,9 @@ from cotrain.eval.verifier_metrics import (
     verifier_gap,
     weighted_vote,
 )
+from cotrain.models.prompts import uses_chat
 from cotrain.models.verify import verify_batched
-from cotrain.roles.verifier import Verification, split_steps
+from cotrain.roles.verifier import Verification, reference_verification, split_steps
 from cotrain.tasks.base import Problem, Task
 
 
@@ -103,11 +104,9 @@ def step_verdicts(task: Task, problems: list[Problem], texts: list[str], parsed:
     if not hasattr(task, "step_labels"):
         return {}
     steps = [[line for _, line in split_steps(t)] for t in texts]
-    if hasattr(task, "step_kinds"):
-        kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)]
-        labels = [[k is None for k in ks] for ks in kinds]
-    else:
-        kinds, labels = None, [task.step_labels(p, s) for p, s in zip(problems, steps)]
+    kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)] if hasattr(task, "step_kinds") else None
+    labels = ([[k is None for k in ks] for ks in kinds] if kinds is not None else
+              [task.step_labels(p, s) for p, s in zip(problems, steps)])
     out = step_verdict_metrics([v.steps for v in parsed], labels, kinds)
     for i, (v, lab) in enumerate(zip(parsed, labels)):
         if v.steps is not None and len(v.steps) == len(lab):
@@ -115,6 +114,31 @@ def step_verdicts(task: Task, problems: list[Problem], texts: list[str], parsed:
                 if not right:
                     key = "n_false/" + ((kinds[i][k] if kinds is not None else None) or "step")
                     out[key] = out.get(key, 0.0) + 1
+    return out
+
+
+def verification_records(task: Task, problems: list[Problem], texts: list[str], correct: list[bool],
+                         parsed: list[Verification], written: list[str] | None = None,
+                         chat: bool = False) -> list[dict]:
+    """One record per verified sample, what a verifier's figures are counted from: the problem and its
+    answer, the sample and whether it is right, the task's fault of each step where it has process labels
+    (`faults`: the fault kind, "step" where the task names none, None for a right step), the verdicts
+    read (`final`, `steps`), the verifier's own text (`verification`, None when the verdicts came from
+    elsewhere) and the one it was taught to write (`reference`, `reference_verification`). Never raises
+    on malformed samples."""
+    out = []
+    for i, (problem, text, ok, v) in enumerate(zip(problems, texts, correct, parsed)):
+        steps = [line for _, line in split_steps(text)]
+        if hasattr(task, "step_kinds"):
+            faults = list(task.step_kinds(problem, steps))
+        elif hasattr(task, "step_labels"):
+            faults = [None if right else "step" for right in task.step_labels(problem, steps)]
+        else:
+            faults = None
+        out.append({"problem": problem.question, "answer": problem.answer, "sample": text, "correct": bool(ok),
+                    "faults": faults, "final": v.final, "steps": list(v.steps),
+                    "verification": written[i] if written is not None and i < len(written) else None,
+                    "reference": reference_verification(task, problem, text, chat=chat)})
     return out
 
 
@@ -168,7 +192,8 @@ def evaluate_on_injected(verifier, tokenizer, task: Task, items: list[tuple[Prob
 
 def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, task: Task, split: str, *, n: int,
                        k: int, temperature: float, gen_max_new_tokens: int, ver_max_new_tokens: int,
-                       batch_size: int = 256, bf16: bool = False) -> dict[str, dict[str, float]]:
+                       batch_size: int = 256, bf16: bool = False,
+                       records: dict[str, list[dict]] | None = None) -> dict[str, dict[str, float]]:
     """Evaluate each verifier on the same held-out generator samples of `split`.
 
     `k` samples of each of `n` problems are drawn from the generator (temperature `temperature`); each
@@ -183,6 +208,8 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     Args:
         verifiers: {name: (model, tokenizer)}, or {name: judge} with judge(problems, texts, correct) -> the
             verifications, for verdicts that come from elsewhere (the oracle of `verifier.source`).
+        records: when given (a dict), each verifier's sample-by-sample record is put in it under its name
+            (`verification_records`), what its figures were counted from.
 
     Returns:
         {name: metrics}.
@@ -199,9 +226,13 @@ def evaluate_verifiers(verifiers: dict[str, tuple], generator, gen_tokenizer, ta
     equal = getattr(task, "answers_equal", None)
     out = {}
     for name, verifier in verifiers.items():
+        written: list[str] = []
         parsed = (verifier(flat_problems, texts, correct) if callable(verifier) else
                   verify_batched(*verifier, [p.question for p in flat_problems], texts, batch_size=batch_size,
-                                 greedy=True, max_new_tokens=ver_max_new_tokens, bf16=bf16))
+                                 greedy=True, max_new_tokens=ver_max_new_tokens, bf16=bf16, texts=written))
+        if records is not None:
+            chat = not callable(verifier) and uses_chat(verifier[1])
+            records[name] = verification_records(task, flat_problems, texts, correct, parsed, written or None, chat)
         scores = [verifier_score(v) for v in parsed]
         m = verdict_metrics([v.final for v in parsed], correct, scores)
         groups = [range(j * k, (j + 1) * k) for j in range(len(problems))]

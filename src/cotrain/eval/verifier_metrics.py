@@ -294,3 +294,60 @@ def best_of_n_curve(groups: list[tuple[list[float], list[bool]]], ns: list[int])
         if values:
             out[n] = sum(values) / len(values)
     return out
+
+
+def final_note_parts(verification: str) -> list[tuple[str, str]] | None:
+    """The parts of a verification's final line before its verdict word, each named by its first word:
+    "Final: needs 2, shows 2; story 7 + 5 is 12, 12 - 4 is 8; answer 8 CORRECT" gives [("needs", "needs
+    2"), ("shows", "shows 2"), ("story", "story 7 + 5 is 12"), ("story", "12 - 4 is 8"), ("answer", "answer
+    8")] (a part that does not start with a word takes the name before it). None without a final line
+    (one that starts with `Final` or `#`, as `roles.verifier.parse` reads it). Never raises."""
+    if not isinstance(verification, str):
+        return None
+    for line in verification.split("\n"):
+        line = line.strip()
+        low = line.lower()
+        if not (low.startswith("final") or line.startswith("#")):
+            continue
+        body = line[len("final"):].lstrip(":") if low.startswith("final") else line[1:]
+        words = body.split()
+        body = " ".join(words[:-1])  # the verdict word goes
+        parts, name = [], "note"
+        for part in (x.strip() for chunk in body.split(";") for x in chunk.split(",")):
+            if not part:
+                continue
+            first = part.split()[0]
+            name = first.lower() if first[0].isalpha() else name
+            parts.append((name, part))
+        return parts
+    return None
+
+
+def whole_verdict_errors(records: list[dict]) -> dict[str, dict[str, int]]:
+    """Where a verifier's whole verdicts go wrong, counted over `verification_records` that hold its
+    text: for the right samples it rejects (`right_rejected`) and the wrong ones it approves
+    (`wrong_approved`; a sample without a final verdict counts on its side, as `verdict_metrics` counts
+    it), how many have no final verdict (`no verdict`), how many wrote the final line it
+    was taught word for word and still gave the other verdict (`line as taught`), and else the first part
+    of the line that differs from the taught one (`differs at <part>`: e.g. `needs`, `shows`, `story`,
+    `answer`; `differs at length` when one line is a prefix of the other); with `a step rejected` beside
+    them, the right samples it rejects that it also rejects a step of. `n` is each side's total."""
+    out: dict[str, dict[str, int]] = {"right_rejected": {"n": 0}, "wrong_approved": {"n": 0}}
+    for r in records:
+        if r.get("verification") is None or r.get("final") is bool(r["correct"]):
+            continue
+        side = out["right_rejected" if r["correct"] else "wrong_approved"]
+        side["n"] += 1
+        if r["correct"] and any(v is False for v in r.get("steps") or []):
+            side["a step rejected"] = side.get("a step rejected", 0) + 1
+        mine, taught = final_note_parts(r["verification"]), final_note_parts(r.get("reference"))
+        if r.get("final") is None or mine is None:
+            cause = "no verdict"
+        elif mine == taught:
+            cause = "line as taught"
+        else:
+            taught = taught or []
+            at = next((i for i, (a, b) in enumerate(zip(mine, taught)) if a != b), None)
+            cause = "differs at " + (taught[at][0] if at is not None else "length")
+        side[cause] = side.get(cause, 0) + 1
+    return out

@@ -71,11 +71,16 @@ def prefer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, questions
 
 
 def verify_batched(model, tokenizer, questions: list[str], completions: list[str], *, batch_size: int = 256,
-                   **kwargs) -> list[vrole.Verification]:
-    """`verify` in batches of `batch_size` pairs (group_size 1), the parsed verifications only."""
+                   texts: list[str] | None = None, **kwargs) -> list[vrole.Verification]:
+    """`verify` in batches of `batch_size` pairs (group_size 1), the parsed verifications; with `texts`
+    (a list), the decoded verifications are appended to it as well, in the same order."""
     out: list[vrole.Verification] = []
     for i in range(0, len(questions), batch_size):
-        out += verify(model, tokenizer, questions[i:i + batch_size], completions[i:i + batch_size], **kwargs)[2]
+        _, decoded, parsed = verify(model, tokenizer, questions[i:i + batch_size], completions[i:i + batch_size],
+                                    **kwargs)
+        out += parsed
+        if texts is not None:
+            texts += decoded
     return out
 
 

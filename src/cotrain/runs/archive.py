@@ -32,8 +32,9 @@ def gzip_file(src: Path, dest: Path) -> None:
 def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = None,
                 model: str | Path | None = None) -> list[Path]:
     """Copy what a study keeps of a run into `dest` (created): its config.yaml, env.json and eval.json when
-    present, metrics.jsonl gzipped, COMMAND when given, and with `model` that model directory's files
-    but its optimizer, under dest/<the model directory's name>.
+    present, metrics.jsonl gzipped, the verifiers' records of their final evaluation (`verifications/`),
+    COMMAND when given, and with `model` that model directory's files but its optimizer, under
+    dest/<the model directory's name>.
 
     Raises:
         UserError: `run_dir` holds no config.yaml, or `model` is not a model directory.
@@ -52,6 +53,10 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
     if (run_dir / "metrics.jsonl").is_file():
         gzip_file(run_dir / "metrics.jsonl", dest / "metrics.jsonl.gz")
         written.append(dest / "metrics.jsonl.gz")
+    for f in sorted((run_dir / "verifications").glob("*.jsonl.gz")):
+        (dest / "verifications").mkdir(exist_ok=True)
+        shutil.copyfile(f, dest / "verifications" / f.name)
+        written.append(dest / "verifications" / f.name)
     if command:
         (dest / "COMMAND").write_text(command.strip() + "\n", encoding="utf-8")
         written.append(dest / "COMMAND")

@@ -6,6 +6,7 @@ moment leaves only complete checkpoints behind.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -41,6 +42,17 @@ def prepare_run_dir(path: str | Path, resume: bool = False) -> Path:
 def write_json_atomic(path: Path, obj) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def write_jsonl_gz_atomic(path: Path, rows: list[dict]) -> None:
+    """`rows` as gzipped JSON lines at `path` (its folder created), written whole or not at all; no name or
+    time in the gzip header, so the same rows give the same bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+        for row in rows:
+            out.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
     os.replace(tmp, path)
 
 

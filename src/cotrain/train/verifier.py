@@ -35,7 +35,7 @@ from cotrain.rl.tango import (
     verifier_rewards,
 )
 from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
-from cotrain.runs.rundir import Progress
+from cotrain.runs.rundir import Progress, write_jsonl_gz_atomic
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
 from cotrain.train.rollout import early_stop_metrics, reward_metrics, rollout_metrics, rollout_tokens, step_shape_metrics
@@ -469,7 +469,9 @@ def final_verifier_results(session: Session, task, generator: tuple, verifier: t
     """The trained and the warmed-up verifier side by side (eval.json entries `verifier` and
     `verifier_warmup`): on the final generator's samples of the first eval split, and on its held-out
     injected errors. A verifier that was never trained (`trained=False`, or a run without generator
-    steps) is the warmed-up one: it is evaluated once and reported under both names."""
+    steps) is the warmed-up one: it is evaluated once and reported under both names. What each wrote of
+    the generator's samples, beside what it was taught to write, goes to
+    `verifications/<name>_<split>.jsonl.gz` (`verification_records`)."""
     cfg = session.cfg
     (model, tokenizer), (ver, vtok) = generator, verifier
     v, ekw = cfg.verifier, cfg.eval_settings()
@@ -485,12 +487,15 @@ def final_verifier_results(session: Session, task, generator: tuple, verifier: t
         both = {"verifier": (ver, vtok), "verifier_warmup": (warm, wtok)}
     else:
         both = {"verifier_warmup": (ver, vtok)}
+    records: dict[str, list[dict]] = {}
     scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.cotraining.eval_n,
                                 k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
-                                gen_max_new_tokens=ekw["max_new_tokens"],
-                                ver_max_new_tokens=v.max_new_tokens, batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
+                                gen_max_new_tokens=ekw["max_new_tokens"], ver_max_new_tokens=v.max_new_tokens,
+                                batch_size=ekw["batch_size"], bf16=cfg.train.bf16, records=records)
     for name, m in scored.items():
         results[name] = {split: m}
+        if dist.is_main() and name in records:
+            write_jsonl_gz_atomic(session.run_dir / "verifications" / f"{name}_{split}.jsonl.gz", records[name])
     for name, (m, tok) in both.items():
         injected = evaluate_on_injected(m, tok, task, heldout, max_new_tokens=v.max_new_tokens,
                                         batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
