@@ -349,6 +349,13 @@ def test_oracle_verdicts_are_the_process_labels_and_noise_flips_them():
                                                      noise_final_fn=1.0), 0)
     assert [x.steps for x in final_only] == [x.steps for x in flipped]
     assert [x.final for x in final_only] == [False, False, False]
+    # strict: every sample graded right here, those with a false step (the first two) are rejected, the third
+    # approved; after noise, by the flipped step verdicts
+    strict = oracle_verifications(task, [problem] * 3, texts, [True, True, True], VerifierConfig(source="oracle", final_strict=True), 0)
+    assert [x.final for x in strict] == [False, False, True] and [x.steps for x in strict] == [x.steps for x in oracle]
+    noisy_strict = oracle_verifications(task, [problem] * 3, texts, [True, False, False], VerifierConfig(
+        source="noisy", noise_fp=1.0, noise_fn=1.0, noise_final_fp=1.0, noise_final_fn=0.0, final_strict=True), 0)
+    assert [x.final for x in noisy_strict] == [False, False, False]
     same = VerifierConfig(source="noisy", noise_fp=0.3, noise_fn=0.2, noise_final_fp=0.3, noise_final_fn=0.2)
     assert oracle_verifications(task, [problem] * 3, texts, [True, False, False], same, 5) == oracle_verifications(
         task, [problem] * 3, texts, [True, False, False], VerifierConfig(source="noisy", noise_fp=0.3, noise_fn=0.2), 5)

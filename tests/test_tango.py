@@ -380,6 +380,8 @@ def test_the_cli_refuses_an_oracle_where_no_step_verdicts_are_read(tmp_path):
         build_config(nano_config("tango", verifier={"noise_fp": 0.1}))
     with pytest.raises(Exception, match="set verifier.source: noisy"):
         build_config(nano_config("tango", verifier={"source": "oracle", "noise_final_fn": 0.5}))
+    with pytest.raises(Exception, match="set verifier.source: oracle or noisy"):
+        build_config(nano_config("tango", verifier={"final_strict": True}))
 
 
 def test_check_starts_the_sparse_world_with_the_oracle(capsys):

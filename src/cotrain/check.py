@@ -172,6 +172,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         final_fp, final_fn = final_noise(cfg.verifier)
         noise = (f" flipped at noise_fp {cfg.verifier.noise_fp:g}, noise_fn {cfg.verifier.noise_fn:g}, final verdicts "
                  f"at {final_fp:g} / {final_fn:g}" if cfg.verifier.source == "noisy" else "")
+        noise += ", a final verdict approving only with every step approved" if cfg.verifier.final_strict else ""
         say(f"verify    {cfg.verifier.source} (the task's process labels{noise}; no verifier model), first sample: "
             f"{sum(first.steps)}/{len(first.steps)} steps approved, final verdict "
             f"{'CORRECT' if first.final else 'INCORRECT'}")

@@ -252,11 +252,18 @@ class VerifierConfig(_Section):
         "steps' (a learned verifier's whole verdicts often err more than its step verdicts). None: noise_fp."))
     noise_final_fn: float | None = Field(None, ge=0, le=1, description=(
         "source noisy: the chance that a correct solution's final verdict is rejected. None: noise_fn."))
+    final_strict: bool = Field(False, description=(
+        "source oracle or noisy: a solution's final verdict approves it only when every step verdict it was given "
+        "approves too (after any noise), as a process verifier that rejects a solution for a step it rejects: a "
+        "right answer reached through a false step is rejected."))
 
     @model_validator(mode="after")
     def _check(self):
         ModelConfig.check_device(self.device)
         _one_decoding("verifier", self)
+        if self.final_strict and self.source == "model":
+            raise ValueError("verifier.final_strict overrules the oracle's final verdicts by its step verdicts: set "
+                             "verifier.source: oracle or noisy")
         if self.source != "noisy" and (self.noise_fp or self.noise_fn or self.noise_final_fp is not None
                                        or self.noise_final_fn is not None):
             raise ValueError(f"verifier.noise_fp, noise_fn, noise_final_fp and noise_final_fn flip the oracle's verdicts: "

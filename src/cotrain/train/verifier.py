@@ -135,7 +135,8 @@ def oracle_verifications(task, problems: list, texts: list[str], correct: list[b
     from the task's process labels, the final verdict from the ground truth; with `verifier.source: noisy`,
     flipped at `noise_fp` (false steps and wrong solutions approved) and `noise_fn` (right steps and
     correct solutions rejected), the final verdicts at `noise_final_fp` / `noise_final_fn` where they are
-    set, from a generator seeded with `seed` (one draw per verdict whatever the rates)."""
+    set, from a generator seeded with `seed` (one draw per verdict whatever the rates). With
+    `final_strict`, a final verdict approves only where every step verdict given approves too."""
     rng = random.Random(seed)
     out = []
     for p, text, ok in zip(problems, texts, correct, strict=True):
@@ -144,7 +145,7 @@ def oracle_verifications(task, problems: list, texts: list[str], correct: list[b
         if v.source == "noisy":
             labels = flip_verdicts(labels, v.noise_fp, v.noise_fn, rng)
             final = flip_verdicts([final], *final_noise(v), rng)[0]
-        out.append(Verification(steps=labels, final=final, format=1.0))
+        out.append(Verification(steps=labels, final=final and (all(labels) or not v.final_strict), format=1.0))
     return out
 
 
