@@ -147,13 +147,14 @@ def test_warmup_table_reads_each_start_against_the_target(tmp_path, capsys):
 
 def test_warmup_table_says_where_the_whole_verdicts_go_wrong(tmp_path, capsys):
     """A warm-up that kept its verifications: of its two right samples it rejects, one with its final line
-    as taught (and a step rejected), one whose line counts the shown steps wrong; the wrong sample it
-    approves copies another answer; the right sample it approves is no error."""
+    as taught (and a step rejected: the task's false step, the only right answer reached through one), one whose line counts the shown steps wrong; the wrong sample it
+    approves copies another answer; the right sample it approves is no error. Counted sound (the right
+    answer through a false step as wrong): one of two sound answers approved, one of two others rejected, 0.5."""
     taught = "Step 1: CORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 12 CORRECT"
     wrong = "Step 1: INCORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 13 INCORRECT"
-    rows = [{"correct": True, "final": False, "steps": [False], "reference": taught,
+    rows = [{"correct": True, "final": False, "steps": [False], "reference": taught, "faults": ["operand"],
              "verification": "Step 1: INCORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 12 INCORRECT"},
-            {"correct": True, "final": False, "steps": [True], "reference": taught,
+            {"correct": True, "final": False, "steps": [True], "reference": taught, "faults": [None],
              "verification": "Step 1: CORRECT\nFinal: needs 1, shows 0; story 7 + 5 is 12; answer 12 INCORRECT"},
             {"correct": False, "final": True, "steps": [True], "reference": wrong,
              "verification": "Step 1: CORRECT\nFinal: needs 1, shows 1; story 7 + 5 is 12; answer 12 CORRECT"},
@@ -163,9 +164,11 @@ def test_warmup_table_says_where_the_whole_verdicts_go_wrong(tmp_path, capsys):
     write_jsonl_gz_atomic(tmp_path / "w" / "verifications" / "verifier_warmup_test.jsonl.gz", rows)
     assert main(["study", str(tmp_path), "--warmups"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-4] == "| warm-up | side | samples | a step rejected too | differs at answer | differs at shows | line as taught |"
-    assert lines[-2] == "| w | right, rejected | 2 | 1 | 0 | 1 | 1 |"
-    assert lines[-1] == "| w | wrong, not rejected | 1 | – | 1 | 0 | 0 |"
+    assert lines[-6] == ("| warm-up | side | samples | a step rejected too | right answers through a false step | "
+                         "differs at answer | differs at shows | line as taught |")
+    assert lines[-4] == "| w | right, rejected | 2 | 1 | 1 of 1 | 0 | 1 | 1 |"
+    assert lines[-3] == "| w | wrong, not rejected | 1 | – | – | 1 | 0 | 0 |"
+    assert lines[-1] == "Balanced accuracy with a right answer reached through a false step counted wrong: w 0.500."
     (tmp_path / "w" / "verifications" / "verifier_warmup_test.jsonl.gz").write_bytes(b"not gzip")
     assert main(["study", str(tmp_path), "--warmups"]) == 2
     assert "not gzipped JSON lines" in capsys.readouterr().err

@@ -293,11 +293,11 @@ def test_strict_verdict_worked_by_hand():
 
 def test_whole_verdict_errors_by_hand():
     """Six verified samples and one the oracle judged: right ones rejected with the taught line (a step
-    rejected too), a line that says fewer steps shown, no final line, a line that stops short; a wrong one
+    rejected too, the task's false step under it: a right answer reached through a false step), a line that says fewer steps shown, no final line, a line that stops short; a wrong one
     approved with another answer copied; one wrong sample rejected and the oracle's record are no errors
     counted. The final line's parts are named by their first word; a part that starts with a number takes
     the name before it."""
-    from cotrain.eval.verifier_metrics import final_note_parts, whole_verdict_errors
+    from cotrain.eval.verifier_metrics import final_note_parts, sound_balanced_accuracy, whole_verdict_errors
 
     assert final_note_parts("Step 1: CORRECT\nFinal: needs 2, shows 2; story 7 + 5 is 12, 12 - 4 is 8; answer 8 CORRECT") == [
         ("needs", "needs 2"), ("shows", "shows 2"), ("story", "story 7 + 5 is 12"), ("story", "12 - 4 is 8"),
@@ -305,9 +305,9 @@ def test_whole_verdict_errors_by_hand():
     assert final_note_parts("#12 ok") == [("note", "12")] and final_note_parts("Step 1: ok") is None
     taught = "Final: needs 2, shows 2; story 7 + 5 is 12, 12 - 4 is 8; answer 8 CORRECT"
     records = [
-        {"correct": True, "final": False, "steps": [True, False], "reference": taught,
+        {"correct": True, "final": False, "steps": [True, False], "reference": taught, "faults": [None, "operand"],
          "verification": taught.replace("CORRECT", "INCORRECT")},
-        {"correct": True, "final": False, "steps": [True, True], "reference": taught,
+        {"correct": True, "final": False, "steps": [True, True], "reference": taught, "faults": [None, None],
          "verification": "Final: needs 2, shows 1; story 7 + 5 is 12, 12 - 4 is 8; answer 8 INCORRECT"},
         {"correct": True, "final": None, "steps": [True], "reference": taught, "verification": "Step 1: CORRECT"},
         {"correct": True, "final": False, "steps": [True, True], "reference": taught,
@@ -318,6 +318,10 @@ def test_whole_verdict_errors_by_hand():
         {"correct": True, "final": False, "steps": [], "reference": taught, "verification": None},
     ]
     assert whole_verdict_errors(records) == {
-        "right_rejected": {"n": 4, "a step rejected": 1, "line as taught": 1, "differs at shows": 1, "no verdict": 1,
-                           "differs at length": 1},
-        "wrong_approved": {"n": 1, "differs at answer": 1}}
+        "right_rejected": {"n": 4, "a step rejected": 1, "through a false step": 1, "line as taught": 1,
+                           "differs at shows": 1, "no verdict": 1, "differs at length": 1},
+        "wrong_approved": {"n": 1, "differs at answer": 1}, "right": {"n": 4, "through a false step": 1}}
+    # counted sound: the right answers without a false step (2nd-4th), none approved; of the others (1st, 5th,
+    # 6th) two rejected: (0 + 2/3) / 2
+    assert sound_balanced_accuracy(records) == pytest.approx(1 / 3)
+    assert sound_balanced_accuracy(records[4:]) is None  # no sound answer among them

@@ -23,7 +23,7 @@ from pathlib import Path
 from cotrain.analysis.plot import load_metrics
 from cotrain.config import RENAMED_SECTIONS, read_yaml_mapping
 from cotrain.errors import UserError
-from cotrain.eval.verifier_metrics import whole_verdict_errors
+from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
 from cotrain.stats import (POINTS, Criterion, auto_criteria, ceiling_share, mean_ci95, paired_difference,
                            plan_criteria)
@@ -793,7 +793,8 @@ def warmup_table(warmups_dir: str | Path) -> str:
         rows.append(warmup_row(name, data.get("test", {}), data.get("test_injected", {}))[0])
         kept = Path(warmups_dir) / name / "verifications" / "verifier_warmup_test.jsonl.gz"
         if kept.is_file():
-            errors[name] = whole_verdict_errors(_jsonl_gz(kept))
+            rows_kept = _jsonl_gz(kept)
+            errors[name] = {**whole_verdict_errors(rows_kept), "sound": sound_balanced_accuracy(rows_kept)}
     return "\n".join(rows) + ("\n\n" + whole_error_table(errors) if errors else "")
 
 
@@ -806,20 +807,34 @@ def _jsonl_gz(path: Path) -> list[dict]:
         raise UserError(f"{path}: not gzipped JSON lines ({err})") from None
 
 
-def whole_error_table(errors: dict[str, dict[str, dict[str, int]]]) -> str:
+def whole_error_table(errors: dict[str, dict]) -> str:
     """Where each warm-up's whole verdicts on the generator's samples go wrong (`whole_verdict_errors` of
     its `verifications/`): the right samples it rejects and the wrong ones it approves, by the first part
-    of its final line that differs from the one it was taught."""
-    causes = sorted({c for e in errors.values() for side in e.values() for c in side if c not in ("n", "a step rejected")})
+    of its final line that differs from the one it was taught; then, where given (`sound`), its balanced
+    accuracy with right answers reached through a false step counted wrong (`sound_balanced_accuracy`)."""
+    extra = ("n", "a step rejected", "through a false step")
+    causes = sorted({c for e in errors.values() for k in ("right_rejected", "wrong_approved") for c in e.get(k) or {}
+                     if c not in extra})
     rows = ["Where its whole verdicts go wrong: the first part of its final line that differs from the one it was "
-            "taught (`line as taught`: the same line, the other verdict).", "",
-            "| warm-up | side | samples | a step rejected too | " + " | ".join(causes) + " |",
-            "|---|---|---:|---:|" + "---:|" * len(causes)]
+            "taught (`line as taught`: the same line, the other verdict); right answers reached through a step the "
+            "task marks false, rejected of all such.", "",
+            "| warm-up | side | samples | a step rejected too | right answers through a false step | "
+            + " | ".join(causes) + " |",
+            "|---|---|---:|---:|---:|" + "---:|" * len(causes)]
     for name, e in errors.items():
+        right = e.get("right", {})
         for side, label in (("right_rejected", "right, rejected"), ("wrong_approved", "wrong, not rejected")):
             c = e.get(side, {})
-            step = str(c.get("a step rejected", 0)) if side == "right_rejected" else "–"
-            rows.append(f"| {name} | {label} | {c.get('n', 0)} | {step} | " + " | ".join(str(c.get(x, 0)) for x in causes) + " |")
+            if side == "right_rejected":
+                step = str(c.get("a step rejected", 0))
+                lucky = f"{c.get('through a false step', 0)} of {right.get('through a false step', 0)}"
+            else:
+                step = lucky = "–"
+            rows.append(f"| {name} | {label} | {c.get('n', 0)} | {step} | {lucky} | "
+                        + " | ".join(str(c.get(x, 0)) for x in causes) + " |")
+    sound = [f"{name} {e['sound']:.3f}" for name, e in errors.items() if e.get("sound") is not None]
+    if sound:
+        rows += ["", "Balanced accuracy with a right answer reached through a false step counted wrong: " + ", ".join(sound) + "."]
     return "\n".join(rows)
 
 

@@ -331,15 +331,26 @@ def whole_verdict_errors(records: list[dict]) -> dict[str, dict[str, int]]:
     was taught word for word and still gave the other verdict (`line as taught`), and else the first part
     of the line that differs from the taught one (`differs at <part>`: e.g. `needs`, `shows`, `story`,
     `answer`; `differs at length` when one line is a prefix of the other); with `a step rejected` beside
-    them, the right samples it rejects that it also rejects a step of. `n` is each side's total."""
-    out: dict[str, dict[str, int]] = {"right_rejected": {"n": 0}, "wrong_approved": {"n": 0}}
+    them, the right samples it rejects that it also rejects a step of, and `through a false step`, those
+    whose steps the task marks false (a right answer reached by luck). `n` is each side's total; `right`
+    counts the right samples judged (`n`) and those with a false step (`through a false step`)."""
+    out: dict[str, dict[str, int]] = {"right_rejected": {"n": 0}, "wrong_approved": {"n": 0}, "right": {"n": 0}}
     for r in records:
-        if r.get("verification") is None or r.get("final") is bool(r["correct"]):
+        if r.get("verification") is None:
+            continue
+        lucky = any(f is not None for f in r.get("faults") or [])
+        if r["correct"]:
+            out["right"]["n"] += 1
+            if lucky:
+                out["right"]["through a false step"] = out["right"].get("through a false step", 0) + 1
+        if r.get("final") is bool(r["correct"]):
             continue
         side = out["right_rejected" if r["correct"] else "wrong_approved"]
         side["n"] += 1
         if r["correct"] and any(v is False for v in r.get("steps") or []):
             side["a step rejected"] = side.get("a step rejected", 0) + 1
+        if r["correct"] and lucky:
+            side["through a false step"] = side.get("through a false step", 0) + 1
         mine, taught = final_note_parts(r["verification"]), final_note_parts(r.get("reference"))
         if r.get("final") is None or mine is None:
             cause = "no verdict"
@@ -351,3 +362,15 @@ def whole_verdict_errors(records: list[dict]) -> dict[str, dict[str, int]]:
             cause = "differs at " + (taught[at][0] if at is not None else "length")
         side[cause] = side.get(cause, 0) + 1
     return out
+
+
+def sound_balanced_accuracy(records: list[dict]) -> float | None:
+    """Balanced accuracy of the final verdicts of `verification_records` that hold a verifier's text, with
+    a right answer reached through a step the task marks false counted as wrong (`verdict_metrics` on
+    "right and every step right"): what a process verifier's whole verdicts aim at. None without records
+    of both kinds."""
+    kept = [r for r in records if r.get("verification") is not None]
+    sound = [bool(r["correct"]) and not any(f is not None for f in r.get("faults") or []) for r in kept]
+    if not kept or all(sound) or not any(sound):
+        return None
+    return verdict_metrics([r.get("final") for r in kept], sound)["balanced_accuracy"]
