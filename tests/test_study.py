@@ -172,6 +172,9 @@ def test_warmup_table_says_where_the_whole_verdicts_go_wrong(tmp_path, capsys):
     (tmp_path / "w" / "verifications" / "verifier_warmup_test.jsonl.gz").write_bytes(b"not gzip")
     assert main(["study", str(tmp_path), "--warmups"]) == 2
     assert "not gzipped JSON lines" in capsys.readouterr().err
+    (tmp_path / "w" / "verifications" / "verifier_warmup_test.jsonl.gz").write_bytes(gzip.compress(b"[1, 2]\n"))
+    assert main(["study", str(tmp_path), "--warmups"]) == 2
+    assert "a line is not a JSON object" in capsys.readouterr().err
 
 
 def test_at_flops_and_the_equal_compute_column(tmp_path):

@@ -802,9 +802,12 @@ def _jsonl_gz(path: Path) -> list[dict]:
     """The rows of a gzipped JSON-lines file (`runs.rundir.write_jsonl_gz_atomic`)."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"{path}: not gzipped JSON lines ({err})") from None
+            rows = [json.loads(line) for line in f if line.strip()]
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise UserError(f"{path}: not gzipped JSON lines ({type(err).__name__})") from None
+    if not all(isinstance(row, dict) for row in rows):
+        raise UserError(f"{path}: a line is not a JSON object")
+    return rows
 
 
 def whole_error_table(errors: dict[str, dict]) -> str:

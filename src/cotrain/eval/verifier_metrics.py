@@ -339,17 +339,17 @@ def whole_verdict_errors(records: list[dict]) -> dict[str, dict[str, int]]:
         if r.get("verification") is None:
             continue
         lucky = any(f is not None for f in r.get("faults") or [])
-        if r["correct"]:
+        if r.get("correct"):
             out["right"]["n"] += 1
             if lucky:
                 out["right"]["through a false step"] = out["right"].get("through a false step", 0) + 1
-        if r.get("final") is bool(r["correct"]):
+        if r.get("final") is bool(r.get("correct")):
             continue
-        side = out["right_rejected" if r["correct"] else "wrong_approved"]
+        side = out["right_rejected" if r.get("correct") else "wrong_approved"]
         side["n"] += 1
-        if r["correct"] and any(v is False for v in r.get("steps") or []):
+        if r.get("correct") and any(v is False for v in r.get("steps") or []):
             side["a step rejected"] = side.get("a step rejected", 0) + 1
-        if r["correct"] and lucky:
+        if r.get("correct") and lucky:
             side["through a false step"] = side.get("through a false step", 0) + 1
         mine, taught = final_note_parts(r["verification"]), final_note_parts(r.get("reference"))
         if r.get("final") is None or mine is None:
@@ -370,7 +370,7 @@ def sound_balanced_accuracy(records: list[dict]) -> float | None:
     "right and every step right"): what a process verifier's whole verdicts aim at. None without records
     of both kinds."""
     kept = [r for r in records if r.get("verification") is not None]
-    sound = [bool(r["correct"]) and not any(f is not None for f in r.get("faults") or []) for r in kept]
+    sound = [bool(r.get("correct")) and not any(f is not None for f in r.get("faults") or []) for r in kept]
     if not kept or all(sound) or not any(sound):
         return None
     return verdict_metrics([r.get("final") for r in kept], sound)["balanced_accuracy"]
