@@ -103,18 +103,25 @@ def step_verdicts(task: Task, problems: list[Problem], texts: list[str], parsed:
     each kind counted (in the solutions whose verdicts are usable). Empty without process labels."""
     if not hasattr(task, "step_labels"):
         return {}
-    steps = [[line for _, line in split_steps(t)] for t in texts]
-    kinds = [task.step_kinds(p, s) for p, s in zip(problems, steps)] if hasattr(task, "step_kinds") else None
-    labels = ([[k is None for k in ks] for ks in kinds] if kinds is not None else
-              [task.step_labels(p, s) for p, s in zip(problems, steps)])
-    out = step_verdict_metrics([v.steps for v in parsed], labels, kinds)
-    for i, (v, lab) in enumerate(zip(parsed, labels)):
-        if v.steps is not None and len(v.steps) == len(lab):
-            for k, right in enumerate(lab):
-                if not right:
-                    key = "n_false/" + ((kinds[i][k] if kinds is not None else None) or "step")
-                    out[key] = out.get(key, 0.0) + 1
+    faults = [step_faults(task, p, [line for _, line in split_steps(t)]) for p, t in zip(problems, texts)]
+    labels = [[f is None for f in fs] for fs in faults]
+    out = step_verdict_metrics([v.steps for v in parsed], labels, faults if hasattr(task, "step_kinds") else None)
+    for v, fs in zip(parsed, faults):
+        if v.steps is not None and len(v.steps) == len(fs):
+            for fault in filter(None, fs):
+                out["n_false/" + fault] = out.get("n_false/" + fault, 0.0) + 1
     return out
+
+
+def step_faults(task: Task, problem: Problem, steps: list[str]) -> list[str | None] | None:
+    """Each step's fault by the task's process labels: its kind where the task names them (`task.step_kinds`),
+    "step" where it only tells right from false (`task.step_labels`), None for a right step; None for a
+    task without process labels."""
+    if hasattr(task, "step_kinds"):
+        return list(task.step_kinds(problem, steps))
+    if hasattr(task, "step_labels"):
+        return [None if right else "step" for right in task.step_labels(problem, steps)]
+    return None
 
 
 def verification_records(task: Task, problems: list[Problem], texts: list[str], correct: list[bool],
@@ -128,15 +135,8 @@ def verification_records(task: Task, problems: list[Problem], texts: list[str], 
     on malformed samples."""
     out = []
     for i, (problem, text, ok, v) in enumerate(zip(problems, texts, correct, parsed)):
-        steps = [line for _, line in split_steps(text)]
-        if hasattr(task, "step_kinds"):
-            faults = list(task.step_kinds(problem, steps))
-        elif hasattr(task, "step_labels"):
-            faults = [None if right else "step" for right in task.step_labels(problem, steps)]
-        else:
-            faults = None
         out.append({"problem": problem.question, "answer": problem.answer, "sample": text, "correct": bool(ok),
-                    "faults": faults, "final": v.final, "steps": list(v.steps),
+                    "faults": step_faults(task, problem, [line for _, line in split_steps(text)]), "final": v.final, "steps": list(v.steps),
                     "verification": written[i] if written is not None and i < len(written) else None,
                     "reference": reference_verification(task, problem, text, chat=chat)})
     return out
