@@ -70,6 +70,17 @@ def test_ceiling_share_unbounded_where_the_ceiling_leads_by_nothing_sure():
         ceiling_share({0: 0.1}, {1: 0.2}, {0: 0.3})
 
 
+def test_a_ceiling_below_the_base_has_no_share_to_give():
+    """The arm 18.5 points behind the base, its ceiling 9.5 behind: the ratio 18.5 / 9.5 = 1.95 would read as
+    more than the whole ceiling; the text says the ceiling trails instead, with one seed or several (leads
+    -10, -9 and -20, -17: b̄ = -9.5)."""
+    one = ceiling_share({0: 0.325}, {0: 0.140}, {0: 0.230})
+    assert one.mean == pytest.approx(18.5 / 9.5) and one.ceiling_lead == pytest.approx(-0.095)
+    assert one.text() == "– (the ceiling trails the base: no lead to share) (n=1)"
+    two = ceiling_share({0: 0.3, 1: 0.3}, {0: 0.1, 1: 0.13}, {0: 0.2, 1: 0.21})
+    assert two.ceiling_lead == pytest.approx(-0.095) and two.text().startswith("– (the ceiling trails")
+
+
 def _p(mean, lo, hi, n=3):
     return Paired(mean, lo, hi, n, tuple(range(n)))
 

@@ -77,12 +77,19 @@ class Share(Paired):
     """The share of its ceiling an arm captures, (arm − base) / (ceiling − base) over paired seeds, with its
     two-sided 95% interval by Fieller's method (a `Paired`'s fields, read as a ratio); `lo`/`hi` are
     −inf/+inf where the ceiling's lead over the base cannot be told from zero at that level (the interval is
-    then unbounded), nan with fewer than two seeds; `mean` is nan where the ceiling's mean lead is exactly zero."""
+    then unbounded), nan with fewer than two seeds; `mean` is nan where the ceiling's mean lead is exactly zero.
+    `ceiling_lead` is that mean lead (b̄ below): where it is negative the ceiling trails the base and the ratio
+    is no share of anything (an arm further behind than its ceiling would read as more than all of it)."""
+
+    ceiling_lead: float = math.nan
 
     def text(self, digits: int = 2) -> str:
-        """"0.67 [-0.32, 2.38] (n=3)", or "... unbounded" where the ceiling's lead is not told from zero."""
+        """"0.67 [-0.32, 2.38] (n=3)", or "... unbounded" where the ceiling's lead is not told from zero; "–"
+        with the reason where the ceiling's mean lead is zero or negative."""
         if math.isnan(self.mean):
             return f"– (the ceiling's mean lead is 0) (n={self.n})"
+        if self.ceiling_lead < 0:
+            return f"– (the ceiling trails the base: no lead to share) (n={self.n})"
         ci = ("" if math.isnan(self.lo) else " [unbounded: the ceiling's lead is not told from 0]"
               if math.isinf(self.lo) else f" [{self.lo:.{digits}f}, {self.hi:.{digits}f}]")
         return f"{self.mean:.{digits}f}{ci} (n={self.n})"
@@ -109,16 +116,16 @@ def ceiling_share(base: dict[int, float], arm: dict[int, float], ceiling: dict[i
     a_bar, b_bar = sum(a) / n, sum(b) / n
     mean = a_bar / b_bar if b_bar != 0 else math.nan
     if n < 2:
-        return Share(mean, math.nan, math.nan, n, seeds)
+        return Share(mean, math.nan, math.nan, n, seeds, b_bar)
     t2 = (T975[n - 2] if n - 1 <= len(T975) else 1.96) ** 2
     v_aa = sum((x - a_bar) ** 2 for x in a) / (n - 1) / n
     v_bb = sum((y - b_bar) ** 2 for y in b) / (n - 1) / n
     v_ab = sum((x - a_bar) * (y - b_bar) for x, y in zip(a, b)) / (n - 1) / n
     quad, half_lin, const = b_bar ** 2 - t2 * v_bb, a_bar * b_bar - t2 * v_ab, a_bar ** 2 - t2 * v_aa
     if quad <= 0:
-        return Share(mean, -math.inf, math.inf, n, seeds)
+        return Share(mean, -math.inf, math.inf, n, seeds, b_bar)
     root = math.sqrt(max(half_lin ** 2 - quad * const, 0.0))  # >= 0: the quadratic is <= 0 at θ = ā / b̄
-    return Share(mean, (half_lin - root) / quad, (half_lin + root) / quad, n, seeds)
+    return Share(mean, (half_lin - root) / quad, (half_lin + root) / quad, n, seeds, b_bar)
 
 
 @dataclass(frozen=True)
