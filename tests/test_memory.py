@@ -4,6 +4,7 @@ The LoRA invariants: only the adapters train; the frozen reference is the base m
 switched off, no copy) before and after training; a saved LoRA model is a plain merged model that
 loads anywhere, plus its adapter, which a resumed run restores exactly.
 """
+import contextlib
 import copy
 import shutil
 import sys
@@ -22,7 +23,8 @@ from cotrain.models.build import (
     reference_model,
     save_model,
 )
-from cotrain.models.generate import completion_logprobs, generate, group_logprobs
+from cotrain.models import generate as generation
+from cotrain.models.generate import casts_kept, completion_logprobs, generate, group_logprobs
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
 from cotrain.tasks import make_task
 from cotrain.train.setup import initial_model, make_optimizer
@@ -162,6 +164,34 @@ def test_lora_trains_only_the_adapters():
     _train_step(model, tok, opt)
     for n, p in model.named_parameters():
         assert torch.equal(p, before[n]) != ("lora_B" in n), n  # B leaves zero; A gets no gradient while B is zero
+
+
+def test_a_lora_rollout_under_bf16_keeps_its_frozen_casts_and_its_samples(monkeypatch):
+    """Under bf16 autocast a LoRA model's frozen base weights are marked as requiring grad for the rollout
+    alone (`casts_kept`: autocast then casts each once per rollout, not once per pass): the samples and their
+    log-probs are bit for bit those of a rollout without it, and every flag is as before afterwards, also
+    when the rollout raises."""
+    model, _, tok, _ = _lora()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)  # adapters that change the samples
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    assert not all(flags.values()) and any(flags.values())
+
+    def rollout():
+        return generate(model, encode_generator_prompts(tok, QUESTIONS), max_new_tokens=12, eos_id=tok.eos_token_id,
+                        pad_id=tok.pad_token_id, seed=3, bf16=True)
+    kept = rollout()
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+    monkeypatch.setattr(generation, "casts_kept", lambda model, enabled: contextlib.nullcontext())
+    plain = rollout()
+    assert torch.equal(kept.completion_ids, plain.completion_ids) and torch.equal(kept.logp, plain.logp)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="inside"):
+        with casts_kept(model, True):
+            assert all(p.requires_grad for p in model.parameters())
+            raise RuntimeError("inside")
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
 
 
 def test_lora_reference_is_the_base_model_before_and_after_training():
