@@ -210,3 +210,41 @@ def test_a_user_error_after_checkpoints_says_the_run_can_be_resumed(tmp_path, mo
     assert main(["run", str(REPO / "configs" / "smoke.yaml"), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoints are kept" in err[0] and "--resume" in err[0], err
+
+
+def test_a_checkpoint_the_disk_cannot_hold_is_one_line_and_keeps_the_one_before(tmp_path, monkeypatch, capsys):
+    """torch's writer on a full disk raises "unexpected pos"; the run says so in one line with the free
+    space, removes the partial checkpoint, keeps the earlier one, and exits 2 saying --resume goes on."""
+    import torch
+
+    from cotrain import registry
+    from cotrain.config import ModelConfig
+    from cotrain.models.build import build_model
+    from cotrain.recipes import grpo
+    from cotrain.runs import rundir
+
+    model, tok = build_model(ModelConfig(preset="nano"), seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    roles = {"generator": (model, tok, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))}
+    real = torch.save
+
+    def full_disk(obj, path, *args, **kwargs):
+        if "step_2" in str(path) and Path(path).name == "state.pt":
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 453142080 vs 453141972")
+        return real(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(rundir.torch, "save", full_disk)
+
+    def two_checkpoints(cfg, run_dir, resume=False):
+        rundir.prepare_run_dir(run_dir)
+        for step in (1, 2):
+            rundir.save_checkpoint(Path(run_dir), step, roles, {}, keep_last=2)
+
+    monkeypatch.setattr(grpo, "run", two_checkpoints)
+    assert registry.load("grpo") is grpo
+    assert main(["run", str(REPO / "configs" / "smoke.yaml"), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not write checkpoint step_2" in err[0] and "GiB free" in err[0], err
+    assert "unexpected pos" in err[0] and "--resume" in err[0]
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step_1"]
+    assert rundir.list_checkpoints(tmp_path / "run")[-1].name == "step_1"

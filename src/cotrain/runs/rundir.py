@@ -169,6 +169,11 @@ def save_checkpoint(run_dir: Path, step: int, roles: dict, extra: dict, keep_las
     Args:
         roles: {role: (model, tokenizer, optimizer, scheduler)}.
         extra: JSON-able or torch-saveable run state (step, RNG, ...).
+
+    Raises:
+        UserError: the checkpoint could not be written (a full disk: torch's writer says only "unexpected
+            pos"), with the free space; the partial one is removed and the checkpoints before it are kept
+            (the CLI says a run can go on from them with --resume).
     """
     from cotrain.models.build import save_model
 
@@ -178,17 +183,31 @@ def save_checkpoint(run_dir: Path, step: int, roles: dict, extra: dict, keep_las
     tmp = root / f".tmp_step_{step}"
     for stale in root.glob(".tmp_step_*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
-    for role, (model, tokenizer, optimizer, scheduler) in roles.items():
-        save_model(model, tokenizer, tmp / role)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                   tmp / role / "optim.pt")
-    torch.save({"step": step, "rng": rng_state(), **extra}, tmp / "state.pt")
+    try:
+        for role, (model, tokenizer, optimizer, scheduler) in roles.items():
+            save_model(model, tokenizer, tmp / role)
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                       tmp / role / "optim.pt")
+        torch.save({"step": step, "rng": rng_state(), **extra}, tmp / "state.pt")
+    except (OSError, RuntimeError) as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"could not write checkpoint step_{step} in {root} ({free_space(root)} free on its disk: "
+                        f"a full disk?): {reason}") from None
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in list_checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def free_space(path: Path) -> str:
+    """The free space on `path`'s disk, "1.2 GiB", or "unknown"."""
+    try:
+        return f"{shutil.disk_usage(path).free / 2 ** 30:.1f} GiB"
+    except OSError:
+        return "unknown"
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
