@@ -248,3 +248,10 @@ def test_a_checkpoint_the_disk_cannot_hold_is_one_line_and_keeps_the_one_before(
     assert "unexpected pos" in err[0] and "--resume" in err[0]
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step_1"]
     assert rundir.list_checkpoints(tmp_path / "run")[-1].name == "step_1"
+
+    def broken(obj, path, *args, **kwargs):
+        raise RuntimeError("a bug while saving")
+
+    monkeypatch.setattr(rundir.torch, "save", broken)  # any other failure stays a bug, with its traceback
+    with pytest.raises(RuntimeError, match="a bug while saving"):
+        rundir.save_checkpoint(tmp_path / "run", 3, roles, {}, keep_last=2)

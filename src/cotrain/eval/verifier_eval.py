@@ -135,8 +135,9 @@ def verification_records(task: Task, problems: list[Problem], texts: list[str], 
     on malformed samples."""
     out = []
     for i, (problem, text, ok, v) in enumerate(zip(problems, texts, correct, parsed)):
+        faults = step_faults(task, problem, [line for _, line in split_steps(text)])
         out.append({"problem": problem.question, "answer": problem.answer, "sample": text, "correct": bool(ok),
-                    "faults": step_faults(task, problem, [line for _, line in split_steps(text)]), "final": v.final, "steps": list(v.steps),
+                    "faults": faults, "final": v.final, "steps": list(v.steps),
                     "verification": written[i] if written is not None and i < len(written) else None,
                     "reference": reference_verification(task, problem, text, chat=chat)})
     return out

@@ -190,6 +190,8 @@ def save_checkpoint(run_dir: Path, step: int, roles: dict, extra: dict, keep_las
                        tmp / role / "optim.pt")
         torch.save({"step": step, "rng": rng_state(), **extra}, tmp / "state.pt")
     except (OSError, RuntimeError) as err:
+        if isinstance(err, RuntimeError) and not any(w in str(err) for w in ("inline_container", "PytorchStreamWriter")):
+            raise  # not torch's file writer failing: a bug, with its traceback
         shutil.rmtree(tmp, ignore_errors=True)
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"could not write checkpoint step_{step} in {root} ({free_space(root)} free on its disk: "
