@@ -326,7 +326,7 @@ def test_the_oracle_at_alpha_0_is_grpo_bit_for_bit(sft_run, tmp_path):
     assert "verifier" not in json.loads((tmp_path / "oracle" / "eval.json").read_text())
 
 
-@pytest.mark.parametrize("credit", ["min", "final", "min_final", "first_error"])
+@pytest.mark.parametrize("credit", ["min", "final", "min_final", "first_error", "final_compute"])
 def test_a_noisy_oracle_trains_the_generator_under_each_construction(sft_run, tmp_path, credit):
     """The noisy oracle's verdicts reach the update under each construction: the process advantage is
     non-zero, the weights move, and the step metrics show the noise (false steps approved, right ones

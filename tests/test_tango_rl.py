@@ -7,6 +7,7 @@ import torch
 from cotrain.rl.tango import (
     alpha_at,
     class_weights,
+    computing_items,
     final_step_rewards,
     first_error_advantages,
     flip_verdicts,
@@ -281,6 +282,43 @@ def test_under_first_error_right_steps_earn_nothing_and_a_wrong_solution_is_not_
     assert got.max() == 0 and got[0, :6].abs().sum() == 0 and got[1, 6:].abs().sum() == 0
     assert torch.equal(got[0, 6:8], torch.full((2,), -1.0)) and got[0, 8:].abs().sum() == 0
     assert torch.equal(got[1, :2], torch.full((2,), -1.0))
+
+
+def test_computing_items_by_hand():
+    """Steps 0 and 2 compute, step 1 restates a fact: their verdicts and ends stay, the answer's end last;
+    verdicts that are not one per step leave the answer's end alone (the final item scored by itself)."""
+    assert computing_items([True, True, False], [2, 5, 9, 12], [True, False, True]) == ([True, False], [2, 9, 12])
+    assert computing_items([True, True], [3, 7, 9], [False, False]) == ([], [9])         # nothing computes
+    assert computing_items([True], [2, 5, 9], [True, True]) == ([], [9])                  # a verdict missing
+
+
+def test_under_final_compute_a_restated_fact_earns_nothing_and_each_equation_its_reward():
+    """A group of 2, T = 10. Sample A restates a fact (line ending at token 2), then a right equation (5) and
+    a right, approved answer (7); sample B a false equation (3) and a rejected answer (6). Under
+    final_compute A's items are the equation and the answer, +1/2 each, B's -1/2 each: pooled mean 0, std
+    sqrt(1/3), so z = +-sqrt(3)/2. To-go: A's tokens 0-5 (the fact's too) sqrt(3), 6-7 sqrt(3)/2; B's 0-3
+    -sqrt(3), 4-6 -sqrt(3)/2. Without the restated line A's tokens get the same values: padding pays
+    nothing. Under `final` the fact is a third item, +1/3 (z-scores over [1/3, 1/3, 1/3, -1/2, -1/2]), and
+    the padded A's first token earns more than the bare one's."""
+    a_items = computing_items([True, True], [2, 5, 7], [False, True])
+    b_items = computing_items([False], [3, 6], [True])
+    a = final_step_rewards(a_items[0], len(a_items[0]), True, True)
+    b = final_step_rewards(b_items[0], len(b_items[0]), False, True)
+    assert a == pytest.approx([0.5, 0.5]) and b == pytest.approx([-0.5, -0.5])
+    got = process_advantages([a, b], [a_items[1], b_items[1]], group_size=2, length=10)
+    z = math.sqrt(3) / 2
+    want = torch.zeros(2, 10)
+    want[0, :6], want[0, 6:8], want[1, :4], want[1, 4:7] = 2 * z, z, -2 * z, -z
+    assert torch.allclose(got, want, atol=1e-5)
+    bare_items = computing_items([True], [5, 7], [True])
+    bare = process_advantages([final_step_rewards(bare_items[0], 1, True, True), b], [bare_items[1], b_items[1]],
+                              group_size=2, length=10)
+    assert torch.allclose(bare, got, atol=1e-6)                       # with or without the restated fact
+    padded_final = process_advantages([final_step_rewards([True, True], 2, True, True), b], [[2, 5, 7], [3, 6]],
+                                      group_size=2, length=10)
+    bare_final = process_advantages([final_step_rewards([True], 1, True, True), b], [[5, 7], [3, 6]],
+                                    group_size=2, length=10)
+    assert padded_final[0, 0] > bare_final[0, 0]                       # under final, padding pays
 
 
 def test_only_mixed_groups_by_hand():

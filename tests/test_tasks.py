@@ -871,7 +871,7 @@ def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_step
 
     from cotrain.tasks.base import Problem
     from cotrain.tasks.wordproblems import WordProblemsTask, stated_equations
-    from cotrain.train.rollout import complete_solutions, step_shape_metrics
+    from cotrain.train.rollout import complete_solutions, computing_lines, step_shape_metrics
 
     assert stated_equations("So 5 sheets x 9 stickers = 45, then 45 + 5 = 50.") == [(5, "*", 9, 45), (45, "+", 5, 50)]
     assert stated_equations("7 boxes * 3 pencils = 21 pencils") == [(7, "*", 3, 21)]
@@ -901,6 +901,10 @@ def test_wordproblems_reads_equations_as_a_model_writes_them_and_counts_its_step
     # 1 + 1 + 2 + 2 + 1 + 2 = 9 lines before the answers, 2 of them computing nothing ("She then gives one
     # away: 7." and "She is happy.")
     assert step_shape_metrics(task, texts) == {"gen/step_lines": 9 / 6, "gen/steps_without_work": 2 / 9}
+    # the steps that compute (`cotraining.credit: final_compute`): a line in words does not; a task that
+    # does not count steps of work has every step compute
+    assert computing_lines(task, texts[2:3] + texts[5:]) == [[True, False], [True, False]]
+    assert computing_lines(object(), ["a\nb\n#1", ""]) == [[True, True], []]
 
 
 def test_wordproblems_corrupt_injects_a_wrong_result_at_the_step_asked_and_labels_find_it():

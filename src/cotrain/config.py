@@ -297,7 +297,7 @@ class CoTrainingConfig(_Section):
         "Which groups get the process advantage. all: every group (RL Tango), so groups whose samples are all "
         "wrong train on the verdicts alone. mixed: only groups holding right and wrong samples; the others train "
         "not at all, as under GRPO."))
-    credit: Literal["to_go", "min", "final", "min_final", "first_error"] = Field("to_go", description=(
+    credit: Literal["to_go", "min", "final", "min_final", "first_error", "final_compute"] = Field("to_go", description=(
         "How step rewards become each token's process advantage (rl/tango.py). to_go: the sum of the z-normalised "
         "step rewards at and after the token (RL Tango). min: the minimum of the +-1 step rewards (PURE's min-form). "
         "final: to_go with "
@@ -305,7 +305,9 @@ class CoTrainingConfig(_Section):
         "steps than its problem needs scored rejected there (stopping early cannot pay). min_final: min with that "
         "step (every token of a wrong solution then gets the same value: an outcome term, uncentred where a "
         "group is all wrong). first_error: -1 on the tokens of the first rejected item (a step, or the final "
-        "one) alone, 0 elsewhere: right steps earn nothing, so padding cannot pay."))
+        "one) alone, 0 elsewhere: right steps earn nothing, so padding cannot pay. final_compute: final over the "
+        "steps that compute alone (wordproblems: that state an equation); a restated fact or prose earns nothing "
+        "and costs nothing, each equation its step reward (every step where the task does not count them)."))
 
     @model_validator(mode="before")
     @classmethod

@@ -137,6 +137,29 @@ def final_step_rewards(verdicts: list[bool], n_steps: int, final: bool | None, c
     return [(1.0 if v else -1.0) / len(items) for v in items]
 
 
+def computing_items(verdicts: list[bool], ends: list[int], computes: list[bool]) -> tuple[list[bool], list[int]]:
+    """The items of `cotraining.credit: final_compute` (ours): the verdicts and end tokens of the steps that
+    compute (state an equation) alone, the answer's end token kept last for the final item. A line that
+    computes nothing (a fact of the story restated, prose) is no item: it earns nothing and costs nothing, so
+    that padding a solution with restated facts, which `final`'s +-1/(K+1) items pay as right steps, gains
+    nothing, while each equation earns its step reward as before.
+
+    Args:
+        verdicts: the step verdicts of one solution (usable only when one per step).
+        ends: its K step-end tokens, then its answer's (K+1).
+        computes: per step, whether it computes.
+
+    Returns:
+        (the kept verdicts, their ends with the answer's last); ([], [the answer's end]) when the verdicts are
+        not one per step (`final_step_rewards` then scores the final item alone).
+    """
+    assert len(ends) == len(computes) + 1, "one end per step, then the answer's"
+    if len(verdicts) != len(computes):
+        return [], ends[-1:]
+    kept = [k for k, c in enumerate(computes) if c]
+    return [verdicts[k] for k in kept], [ends[k] for k in kept] + ends[-1:]
+
+
 def first_error_advantages(rewards: list[list[float] | None], ends: list[list[int]], length: int) -> torch.Tensor:
     """Per-token process advantages that blame each solution's first rejected item alone
     (`cotraining.credit: first_error`, ours): -1 on the tokens of that item (after the previous item's end,

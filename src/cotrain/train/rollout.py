@@ -125,6 +125,14 @@ def complete_solutions(task, problems: list, texts: list[str]) -> list[bool]:
     return out
 
 
+def computing_lines(task, texts: list[str]) -> list[list[bool]]:
+    """Per sample, whether each of its steps (`roles.verifier.split_steps`) computes: states a step of work
+    where the task counts them (`count_steps`: wordproblems counts equations), every step elsewhere.
+    `cotraining.credit: final_compute` scores these steps alone."""
+    count = getattr(task, "count_steps", None)
+    return [[count is None or count([line]) > 0 for _, line in split_steps(t)] for t in texts]
+
+
 def early_stop_metrics(complete: list[bool], correct: list[bool]) -> dict[str, float]:
     """`gen/early_stop`: the share of samples with no answer or fewer steps than their problem needs; and
     `gen/early_stop_right`: the share of the right samples among them (a right answer written after fewer

@@ -25,6 +25,7 @@ from cotrain.models.verify import encode_pair_prompts, encode_verifier_prompts, 
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.tango import (
     class_weights,
+    computing_items,
     final_step_rewards,
     first_error_advantages,
     flip_verdicts,
@@ -93,17 +94,24 @@ def verdicts_on_samples(verifier: tuple | None, task, problems: list, texts: lis
 
 
 def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
-                               group_size: int, credit: str = "to_go", complete: list[bool] | None = None
+                               group_size: int, credit: str = "to_go", complete: list[bool] | None = None,
+                               computes: list[list[bool]] | None = None
                                ) -> tuple[list[list[float] | None], torch.Tensor]:
     """Each sample's step rewards and the process advantages [N, T] they give (z-normalised over the group,
     then summed (`to_go`) or minimised (`min`) from each token to the end; rl/tango.py `process_advantages`;
     `first_error`: -1 on the first rejected item's tokens alone, `first_error_advantages`).
     Step rewards are +-1/K from the K step verdicts (None unless exactly K were parsed); with `credit`
-    final or min_final, `final_step_rewards`: the final verdict one more step on the answer's tokens,
-    rejected for a sample that is not `complete`."""
+    final, min_final or first_error, `final_step_rewards`: the final verdict one more step on the answer's
+    tokens, rejected for a sample that is not `complete`; final_compute: final over the steps that
+    compute alone (`computes`, per sample and step; `computing_items`)."""
     n_steps = [len(split_steps(t)) for t in texts]
-    with_final = credit in ("final", "min_final", "first_error")
+    with_final = credit in ("final", "min_final", "first_error", "final_compute")
     ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts, answer=with_final)
+    if credit == "final_compute":
+        assert computes is not None and len(computes) == len(texts), "credit final_compute needs the lines that compute"
+        items = [computing_items(x.steps, e, c) for x, e, c in zip(parsed, ends, computes)]
+        parsed = [Verification(steps=kept, final=x.final, format=x.format) for x, (kept, _) in zip(parsed, items)]
+        n_steps, ends = [len(kept) for kept, _ in items], [e for _, e in items]
     if with_final:
         assert complete is not None and len(complete) == len(texts), "credit final needs each sample's completeness"
         s_rewards = [final_step_rewards(x.steps, k, x.final, c) for x, k, c in zip(parsed, n_steps, complete)]
