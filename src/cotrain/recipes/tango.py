@@ -176,8 +176,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         approved = [x.final for x in parsed]
         rewards = generator_rewards(correct, approved, tg.adversarial, tg.w_approve)        # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
-        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size, tg.credit,
-                                                            complete, computing_lines(task, texts))  # [B*G, T]
+        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size, tg.credit, complete,
+                                                            computing_lines(task, texts) if tg.credit == "final_compute" else None)
         if tg.process_groups == "mixed":  # all-right and all-wrong groups: untrained, as under GRPO
             process_adv = only_mixed_groups(process_adv, rewards, g.group_size)
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)

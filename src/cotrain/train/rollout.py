@@ -150,10 +150,9 @@ def step_shape_metrics(task, texts: list[str]) -> dict[str, float]:
     answer (`roles.verifier.split_steps`), and where the task counts the steps of work (`count_steps`)
     `gen/steps_without_work`, the share of those lines that compute nothing: a restated fact, right by
     the process labels, and under step rewards of ±1/K a way to pad a solution."""
-    lines = [[line for _, line in split_steps(t)] for t in texts]
-    out = {"gen/step_lines": sum(len(ls) for ls in lines) / max(len(lines), 1)}
-    count = getattr(task, "count_steps", None)
-    if count is not None:
-        flat = [line for ls in lines for line in ls]
-        out["gen/steps_without_work"] = sum(count([line]) == 0 for line in flat) / max(len(flat), 1)
+    computes = computing_lines(task, texts)
+    out = {"gen/step_lines": sum(len(c) for c in computes) / max(len(texts), 1)}
+    if hasattr(task, "count_steps"):
+        flat = [c for cs in computes for c in cs]
+        out["gen/steps_without_work"] = sum(not c for c in flat) / max(len(flat), 1)
     return out
