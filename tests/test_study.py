@@ -491,3 +491,22 @@ def test_each_verifier_arm_is_read_against_the_oracle_of_its_own_construction(tm
     shares = text[text.index("The share of its ceiling"):].splitlines()
     rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
     assert rows == ["| learned | oracle | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |"]
+
+
+def test_a_pair_across_machine_kinds_is_named_below_the_table(tmp_path):
+    """Seed 1 of one arm ran in fp32 on an AVX2 machine, grpo's seed 1 under bf16 autocast on an AVX-512 one: the
+    study names that pair alone; an arm whose seeds all ran where grpo's did gets no line."""
+    study = tmp_path / "study"
+    for s in (0, 1):
+        for arm in ("grpo", "same", "apart"):
+            _fake_run(study / arm / f"seed{s}", 0.3, 0.1, [0.1, 0.2, 0.3])
+    env = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
+    for arm in ("grpo", "same", "apart"):
+        for s in (0, 1):
+            (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+    (study / "apart" / "seed1" / "env.json").write_text(json.dumps(
+        {**env, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}))
+    text = build_study(study)
+    assert ("- apart: seed 1 ran on AMD EPYC 25/1 (AVX2, fp32), grpo's on AMD EPYC 25/17 (AVX512, bf16 autocast): "
+            "paired across machine kinds") in text
+    assert "- same:" not in text and text.count("paired across machine kinds") == 1

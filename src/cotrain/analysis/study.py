@@ -417,7 +417,27 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
                      f"{role_compute(runs)} | {at_equal_samples(arms, arm)} | {step_seconds(runs)} |")
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
-    return "\n".join(lines + ([""] + criteria if criteria else []))
+    apart = cross_machine_pairs(arms)
+    return "\n".join(lines + ([""] + apart if apart else []) + ([""] + criteria if criteria else []))
+
+
+def cross_machine_pairs(arms: dict[str, dict[int, Run]]) -> list[str]:
+    """A line for each arm whose seeds ran on another machine kind or precision than the baseline's same
+    seeds: such a pair shares its start, problems and seeds but not its kernels' rounding, so it is paired
+    less tightly than the rest (a difference of precision can shift accuracy on its own). [] where every
+    pair ran alike or a machine is unknown."""
+    base = arms.get(BASELINE) or {}
+    lines = []
+    for arm, runs in arms.items():
+        if arm == BASELINE:
+            continue
+        apart = {s: (runs[s].cpu, base[s].cpu) for s in sorted(set(runs) & set(base))
+                 if "?" not in (runs[s].cpu, base[s].cpu) and runs[s].cpu != base[s].cpu}
+        for cpus in sorted(set(apart.values())):
+            seeds = [s for s, c in apart.items() if c == cpus]
+            lines.append(f"- {arm}: seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ran on {cpus[0]}, "
+                         f"{BASELINE}'s on {cpus[1]}: paired across machine kinds")
+    return lines
 
 
 def ceiling_pairs(arms: dict[str, dict[int, Run]]) -> list[tuple[str, str]]:
