@@ -13,7 +13,7 @@ import yaml
 from cotrain.cli import main
 from cotrain.errors import UserError
 from cotrain.runs import sweep as sweep_mod
-from cotrain.runs.sweep import load_sweep, mean_ci95, plan, run_sweep, summarize
+from cotrain.runs.sweep import load_sweep, mean_ci95, plan, run_sweep, select, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,6 +109,21 @@ def test_a_2x2_grid_with_2_seeds(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "4 cells x 2 seeds, 9 runs, plus 1 prepare" in printed and printed.count(" new ") == 9
     assert not (tmp_path / "out").exists()
+
+
+def test_only_runs_the_named_cells_and_seeds_and_a_name_it_lacks_is_one_line(tmp_path, capsys):
+    path = _write_sweep(tmp_path, {"arms": {"grpo": {}, "slow": {"overrides": {"train.lr": 0.002}}}, "seeds": [0, 1, 2]})
+    sweep, out = load_sweep(path), tmp_path / "out"
+    runs = select(sweep, plan(sweep, out), ["slow/seed2", "grpo"])
+    assert [r.label for r in runs] == ["grpo seed0", "grpo seed1", "grpo seed2", "slow seed2"]
+    assert select(sweep, plan(sweep, out), None) == plan(sweep, out)
+    assert main(["sweep", str(path), "--out", str(out), "--dry-run", "--only", "slow/seed1"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 cells x 3 seeds, 1 of its 6 runs (--only)" in printed and "slow seed1" in printed and "grpo seed" not in printed
+    _fails(["sweep", str(path), "--out", str(out), "--only", "slow/seed7"], capsys,
+           "--only slow/seed7: no such run in s.yaml (its seeds: seed0, seed1, seed2)")
+    _fails(["sweep", str(path), "--out", str(out), "--only", "fast"], capsys, "(its cells: grpo, slow)")
+    assert not out.exists()
 
 
 def _fails(argv, capsys, message):

@@ -366,7 +366,7 @@ def cmd_sweep(args) -> int:
 
     sweep = load_sweep(args.sweep, args.overrides)
     try:
-        return run_sweep(sweep, args.out, jobs=args.jobs, dry_run=args.dry_run)
+        return run_sweep(sweep, args.out, jobs=args.jobs, dry_run=args.dry_run, only=args.only)
     except KeyboardInterrupt:
         print("cotrain: interrupted (the same command continues the sweep)", file=sys.stderr)
         return 130
@@ -509,6 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", required=True, help="sweep directory: one run dir per cell and seed, and the summary")
     sw.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     sw.add_argument("--dry-run", action="store_true", help="list the runs and whether each is new, to resume or finished")
+    sw.add_argument("--only", action="append", metavar="CELL[/seedS]",
+                    help="run only this cell (an arm) or one of its seeds, e.g. --only grpo/seed2; repeatable")
     sw.add_argument("overrides", **OVERRIDES, help="dotted overrides applied to every run, e.g. train.steps=50")
     sw.set_defaults(fn=cmd_sweep)
 

@@ -367,6 +367,32 @@ def plan(sweep: Sweep, out_dir: str | Path) -> list[Run]:
     return runs
 
 
+def select(sweep: Sweep, runs: list[Run], only: list[str] | None) -> list[Run]:
+    """The runs `only` names, each item a cell (an arm) or one of its seeds as "<cell>/seed<S>" (the run
+    dirs' layout); the prepare stages are kept, the cells start from them. None or [] keeps every run.
+
+    Raises:
+        UserError: an item names no cell or seed of the sweep.
+    """
+    if not only:
+        return runs
+    cells = {c.name: [f"{c.name}/seed{s}" for s in c.configs] for c in sweep.cells}
+    wanted = set()
+    for item in only:
+        item = item.strip().rstrip("/")
+        if item in cells:
+            wanted.update(cells[item])
+        elif any(item in seeds for seeds in cells.values()):
+            wanted.add(item)
+        else:
+            cell = item.rsplit("/seed", 1)[0]
+            known = (f"its seeds: {', '.join(s.rsplit('/', 1)[1] for s in cells[cell])}" if cell in cells
+                     else f"its cells: {', '.join(cells)}")
+            raise UserError(f"--only {item}: no such run in {sweep.path.name} ({known})")
+    n_prepare = len(sweep.prepare)
+    return runs[:n_prepare] + [r for r in runs[n_prepare:] if f"{r.run_dir.parent.name}/{r.run_dir.name}" in wanted]
+
+
 def _first_difference(old, new, prefix: str = "") -> str | None:
     """The first key whose value differs, as "key: old -> new". Keys on one side only are fields added to
     or removed from the config since the run was made, not a different experiment: they are ignored."""
@@ -471,14 +497,18 @@ def _print_plan(sweep: Sweep, runs: list[Run], out_dir: Path) -> None:
     extra = f", plus {len(sweep.prepare)} prepare" if sweep.prepare else ""
     seeds = {len(c.configs) for c in sweep.cells}
     shape = f"{len(sweep.cells)} cells x {seeds.pop()} seeds" if len(seeds) == 1 else f"{len(sweep.cells)} arms"
-    print(f"sweep {sweep.path}: {shape}, {len(runs)} runs{extra} -> {out_dir}")
+    total = len(sweep.prepare) + sum(len(c.configs) for c in sweep.cells)
+    count = f"{len(runs)} runs" if len(runs) == total else f"{len(runs)} of its {total} runs (--only)"
+    print(f"sweep {sweep.path}: {shape}, {count}{extra} -> {out_dir}")
     width = max(len(r.label) for r in runs)
     for number, run in enumerate(runs, 1):
         print(f"  [{number}/{len(runs)}] {run.label:<{width}}  {run.status:<8}  {run.run_dir}")
 
 
-def run_sweep(sweep: Sweep, out_dir: str | Path, jobs: int = 1, dry_run: bool = False) -> int:
-    """Run every unfinished run (prepare first), write and print the summary.
+def run_sweep(sweep: Sweep, out_dir: str | Path, jobs: int = 1, dry_run: bool = False,
+              only: list[str] | None = None) -> int:
+    """Run every unfinished run (prepare first), or those `only` names (`select`), write and print the
+    summary (of every finished run in `out_dir`).
 
     Returns:
         0 when every run finished, 1 when some failed (the others still ran and were summarised).
@@ -486,7 +516,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, jobs: int = 1, dry_run: bool = 
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1 (got {jobs})")
     out_dir = Path(out_dir)
-    runs = plan(sweep, out_dir)
+    runs = select(sweep, plan(sweep, out_dir), only)
     for run in runs:
         _check_same_config(run)
     if dry_run:
