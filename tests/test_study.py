@@ -510,3 +510,28 @@ def test_a_pair_across_machine_kinds_is_named_below_the_table(tmp_path):
     assert ("- apart: seed 1 ran on AMD EPYC 25/1 (AVX2, fp32), grpo's on AMD EPYC 25/17 (AVX512, bf16 autocast): "
             "paired across machine kinds") in text
     assert "- same:" not in text and text.count("paired across machine kinds") == 1
+    assert "own machine kind" not in text  # GRPO never ran on the AVX2 machine
+
+
+def test_a_seed_across_machine_kinds_is_paired_with_grpo_run_on_its_own(tmp_path):
+    """GRPO's seed 1 ran again in fp32 on the AVX2 machine (`grpo_fp32`: grpo's setting but its precision); an
+    arm of the grpo recipe with another setting (a curriculum) is no such twin. The arm's seed 0 ran where grpo's
+    did (0.30 − 0.30 = 0), its seed 1 on the AVX2 machine (0.25 − 0.20 = +5 against grpo_fp32, not −5 against
+    grpo): mean +2.5, sd 3.536, t(1) 12.706 × 3.536 / √2 = 31.8."""
+    study = tmp_path / "study"
+    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
+    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
+    runs = [("grpo", 0, 0.30, "recipe: grpo\n", bf16), ("grpo", 1, 0.30, "recipe: grpo\n", bf16),
+            ("arm", 0, 0.30, "recipe: grpo\ngrpo: {group_size: 4}\n", bf16),
+            ("arm", 1, 0.25, "recipe: grpo\ngrpo: {group_size: 4}\n", fp32),
+            ("grpo_fp32", 1, 0.20, "recipe: grpo\ntrain: {bf16: false}\nout_dir: elsewhere\n", fp32),
+            ("curriculum", 1, 0.10, "recipe: grpo\ncurriculum: {levels: [{n_steps: [1, 1]}, {}]}\n", fp32)]
+    for arm, s, test, config, env in runs:
+        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.2, test], config=config)
+        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+    text = build_study(study)
+    assert ("  - arm against GRPO on each seed's own machine kind (seed 0 grpo; seed 1 grpo_fp32), test (points): "
+            "+2.5 [-29.3, +34.3] (n=2)") in text
+    assert "- grpo_fp32: seed 1 ran on" in text  # the twin's own pair is named, and read against nothing else
+    assert text.count("own machine kind") == 2  # the arm's line, and the curriculum's (against grpo_fp32, −10)
+    assert "  - curriculum against GRPO on each seed's own machine kind (seed 1 grpo_fp32), test (points): -10.0" in text

@@ -6,7 +6,9 @@ label-free arm of the plan's "excellent" criterion, whose gain is read against t
 (`<study>/starts/sft/eval.json`, the same problems as the arms' final evaluation); an arm named
 `grpo_long` is GRPO run on past the others' steps, read at each arm's FLOPs (equal compute). A verifier
 warmed up once and committed as `<study>/starts/warm/verifier` is a cost the runs that start from it do not
-log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`) to their warm-up.
+log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`) to their warm-up. An arm
+whose runs are grpo's but for their precision (`train.bf16`, e.g. `grpo_fp32`) is GRPO run on another machine
+kind: a seed of an arm that ran on another machine kind than grpo's is paired with it as well, below the table.
 
     cotrain study results/<study>        prints the table, writes <study>/table.md and <study>/curves.png
 """
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cotrain.analysis.plot import load_metrics
-from cotrain.config import RENAMED_SECTIONS, read_yaml_mapping
+from cotrain.config import RENAMED_SECTIONS, build_config, read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
@@ -55,6 +57,7 @@ class Run:
     recipe: str = "?"
     verifier_source: str = "model"                     # verifier.source: model, or the oracle standing in for it
     process: tuple = ()                                # tango's process term: (credit, α, α schedule, groups)
+    setting: dict = field(default_factory=dict)        # its resolved config (`run_setting`); {} where unreadable
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
@@ -92,6 +95,7 @@ def load_run(run_dir: Path) -> Run:
     config = run_dir / "config.yaml"
     if config.is_file():
         raw = read_yaml_mapping(config, "the run's config")
+        run.setting = run_setting(raw)
         verifier = raw.get("verifier")
         run.recipe = str(raw.get("recipe", "?"))
         run.init = str(raw.get("init") or "")
@@ -112,6 +116,28 @@ def load_run(run_dir: Path) -> Run:
         run.cpu = f"{e.get('cpu', '?')}{family} ({e.get('cpu_capability', '?')}" + (
             "" if autocast is None else ", bf16 autocast" if autocast else ", fp32") + ")"
     return run
+
+
+PLACE = ("out_dir", "log.", "checkpoint.")  # where a run writes and what it reports: not what it trains
+PRECISION = "train.bf16"
+
+
+def _dotted(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def run_setting(raw: dict) -> dict:
+    """A run's config as today's schema resolves it (defaults filled in, old section names read as new),
+    as dotted keys, less where the run writes and what it reports (`PLACE`); {} where today's schema no
+    longer reads it. Two runs of different versions that trained alike have equal settings."""
+    try:
+        resolved = build_config(raw).model_dump()
+    except UserError:
+        return {}
+    return {k: v for k, v in _dotted(resolved).items() if not k.startswith(PLACE)}
 
 
 def load_study(study_dir: str | Path) -> dict[str, dict[int, Run]]:
@@ -421,12 +447,42 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     return "\n".join(lines + ([""] + apart if apart else []) + ([""] + criteria if criteria else []))
 
 
+def baseline_twins(arms: dict[str, dict[int, Run]]) -> dict[str, dict[int, Run]]:
+    """The arms other than grpo each of whose runs has the setting of grpo's run of its seed but for its
+    precision (`train.bf16`): GRPO itself, run again on another machine kind (e.g. `grpo_fp32`)."""
+    base = arms.get(BASELINE) or {}
+
+    def alike(run: Run, seed: int) -> bool:
+        other = base[seed].setting if seed in base else {}
+        return bool(run.setting) and bool(other) and all(
+            run.setting.get(k) == other.get(k) for k in set(run.setting) | set(other) if k != PRECISION)
+
+    return {arm: runs for arm, runs in arms.items()
+            if arm != BASELINE and runs and all(alike(r, s) for s, r in runs.items())}
+
+
+def home_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str = "test") -> tuple[dict[int, float], dict[int, str]]:
+    """For each seed of `arm`, the final `split` pass@1 of GRPO's run of that seed on the same machine kind
+    and precision (grpo's own, else a twin's, `baseline_twins`), and the arm it comes from; seeds with
+    no such run are left out."""
+    finals, names = {}, {}
+    for seed, run in arms[arm].items():
+        for name, runs in [(BASELINE, arms.get(BASELINE) or {}), *baseline_twins(arms).items()]:
+            there = runs.get(seed)
+            if there is not None and "?" not in run.cpu and there.cpu == run.cpu and there.final(split) is not None:
+                finals[seed], names[seed] = there.final(split), name
+                break
+    return finals, names
+
+
 def cross_machine_pairs(arms: dict[str, dict[int, Run]]) -> list[str]:
     """A line for each arm whose seeds ran on another machine kind or precision than the baseline's same
     seeds: such a pair shares its start, problems and seeds but not its kernels' rounding, so it is paired
-    less tightly than the rest (a difference of precision can shift accuracy on its own). [] where every
-    pair ran alike or a machine is unknown."""
+    less tightly than the rest (a difference of precision can shift accuracy on its own). Where GRPO ran
+    those seeds on the arm's machine kind too (`home_baseline`), a line more pairs each seed with GRPO on
+    its own machine kind. [] where every pair ran alike or a machine is unknown."""
     base = arms.get(BASELINE) or {}
+    twins = baseline_twins(arms)
     lines = []
     for arm, runs in arms.items():
         if arm == BASELINE:
@@ -437,6 +493,15 @@ def cross_machine_pairs(arms: dict[str, dict[int, Run]]) -> list[str]:
             seeds = [s for s, c in apart.items() if c == cpus]
             lines.append(f"- {arm}: seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ran on {cpus[0]}, "
                          f"{BASELINE}'s on {cpus[1]}: paired across machine kinds")
+        home, names = home_baseline(arms, arm)
+        mine = _finals(runs, "test")
+        seeds = sorted(set(home) & set(mine))
+        if arm in twins or not set(apart) & set(seeds):
+            continue
+        by_arm = {n: [s for s in seeds if names[s] == n] for n in dict.fromkeys(names[s] for s in seeds)}
+        which = "; ".join(f"seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))} {n}" for n, ss in by_arm.items())
+        d = paired_difference({s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, POINTS)
+        lines.append(f"  - {arm} against GRPO on each seed's own machine kind ({which}), test (points): {d.text()}")
     return lines
 
 
