@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import build_study, load_study, mean_curve, steps_to_reach
+from cotrain.analysis.study import build_study, difference_rows, load_study, mean_curve, steps_to_reach
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 from cotrain.runs.rundir import write_jsonl_gz_atomic
@@ -535,3 +535,9 @@ def test_a_seed_across_machine_kinds_is_paired_with_grpo_run_on_its_own(tmp_path
     assert "- grpo_fp32: seed 1 ran on" in text  # the twin's own pair is named, and read against nothing else
     assert text.count("own machine kind") == 2  # the arm's line, and the curriculum's (against grpo_fp32, −10)
     assert "  - curriculum against GRPO on each seed's own machine kind (seed 1 grpo_fp32), test (points): -10.0" in text
+    # the figure's rows: against grpo seed 1 is 0.25 − 0.30 = −5, so −2.5 over both; on its own machine +2.5 as above
+    rows = {arm: (d.text(), {s: round(x, 6) for s, x in seeds.items()}, home and home.text())
+            for arm, d, seeds, home in difference_rows(load_study(study))}
+    assert rows == {"arm": ("-2.5 [-34.3, +29.3] (n=2)", {0: 0.0, 1: -5.0}, "+2.5 [-29.3, +34.3] (n=2)"),
+                    "curriculum": ("-20.0 (n=1)", {1: -20.0}, "-10.0 (n=1)")}  # grpo_fp32, grpo's twin, is no row
+    assert (study / "differences.png").stat().st_size > 0

@@ -37,6 +37,7 @@ from cotrain.analysis.study import (
     judge_table,
     load_study,
     plot_bon,
+    plot_differences,
     plot_judge,
     plot_study,
     study_criteria,
@@ -225,6 +226,9 @@ def _study_section(study_dir: Path, slug: str, scratch: Path) -> str:
     plot_study(arms, png, title=study_dir.name)
     parts.append(_figure(f"chart-{slug}-study", png, "greedy pass@1 in training: mean over seeds with its 95% CI, "
                                                        "against generator steps and against FLOPs"))
+    if plot_differences(arms, scratch / "differences.png", title=study_dir.name):
+        parts.append(_figure(f"chart-{slug}-differences", scratch / "differences.png", "each arm's final test "
+                             "pass@1 minus grpo's, seeds paired: mean, 95% CI and each seed"))
     picks = best_of_n_by_arm(arms)
     if picks:
         parts += ["<h3>Best of N</h3>", _markdown(bon_table(picks))]

@@ -10,7 +10,8 @@ log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`)
 whose runs are grpo's but for their precision (`train.bf16`, e.g. `grpo_fp32`) is GRPO run on another machine
 kind: a seed of an arm that ran on another machine kind than grpo's is paired with it as well, below the table.
 
-    cotrain study results/<study>        prints the table, writes <study>/table.md and <study>/curves.png
+    cotrain study results/<study>        prints the table, writes <study>/table.md, <study>/curves.png and
+                                         <study>/differences.png (each arm's paired difference with grpo)
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from cotrain.config import RENAMED_SECTIONS, build_config, read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
-from cotrain.stats import (POINTS, Criterion, auto_criteria, ceiling_share, mean_ci95, paired_difference,
+from cotrain.stats import (POINTS, Criterion, Paired, auto_criteria, ceiling_share, mean_ci95, paired_difference,
                            plan_criteria)
 
 BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, "eval/test/pass@1"
@@ -538,12 +539,76 @@ def ceiling_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     return "\n".join(lines)
 
 
-def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "") -> None:
-    """Accuracy against generator steps and against FLOPs, every arm's mean over seeds with its 95% CI shaded."""
+def difference_rows(arms: dict[str, dict[int, Run]], split: str = "test") -> list[tuple[str, Paired, dict[int, float], Paired | None]]:
+    """(arm, its paired difference with grpo in points, each seed's difference, the paired difference with
+    GRPO on each seed's own machine kind where that pairs any seed otherwise) for each arm that shares a
+    seed with grpo, in the study's order (grpo and its twins, `baseline_twins`, left out)."""
+    base = _finals(arms.get(BASELINE) or {}, split)
+    twins = baseline_twins(arms)
+    rows = []
+    for arm, runs in arms.items():
+        mine = _finals(runs, split)
+        seeds = sorted(set(base) & set(mine))
+        if arm == BASELINE or arm in twins or not seeds:
+            continue
+        home, _ = home_baseline(arms, arm, split)
+        moved = any(s in home and home[s] != base[s] for s in seeds)
+        at_home = paired_difference(home, mine, POINTS) if moved and set(home) & set(mine) else None
+        rows.append((arm, paired_difference(base, mine, POINTS), {s: (mine[s] - base[s]) * POINTS for s in seeds},
+                     at_home))
+    return rows
+
+
+def plot_differences(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "") -> bool:
+    """Each arm's final `test` pass@1 minus grpo's, seeds paired, in points: the mean (a dot) with its 95%
+    interval (a bar, two seeds or more), each seed's own difference (crosses), and the mean against GRPO on
+    each seed's own machine kind (a ring) where that differs. False (nothing drawn) without a pair."""
+    rows = difference_rows(arms)
+    if not rows:
+        return False
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    # the axis spans every seed and every interval of three seeds or more; a wider one (two seeds: t is 12.7)
+    # is cut at the edge and marked there with an arrowhead
+    shown = [v for _, d, seeds, home in rows for v in [d.mean, *seeds.values(), *([home.mean] if home else []),
+                                                       *([d.lo, d.hi] if d.n > 2 and not math.isnan(d.lo) else [])]]
+    lo_x, hi_x = min(shown + [0.0]) - 3, max(shown + [0.0]) + 3
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(rows)))
+    for y, (arm, d, seeds, home) in enumerate(reversed(rows)):
+        if not math.isnan(d.lo):
+            ax.plot([max(d.lo, lo_x), min(d.hi, hi_x)], [y, y], color="tab:blue", linewidth=2)
+            for end, edge, marker in ((d.lo, lo_x, "<"), (d.hi, hi_x, ">")):
+                if (end < edge) if marker == "<" else (end > edge):
+                    ax.plot([edge], [y], marker, color="tab:blue")
+        ax.plot([d.mean], [y], "o", color="tab:blue")
+        ax.plot(list(seeds.values()), [y] * len(seeds), "x", color="0.4", markersize=5)
+        if home is not None:
+            ax.plot([home.mean], [y], "o", markerfacecolor="none", markeredgecolor="tab:red", markersize=9)
+    ax.set_yticks(range(len(rows)), [f"{arm} (n={d.n})" for arm, d, _, _ in reversed(rows)], fontsize=8)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_xlim(lo_x, hi_x)
+    ax.set_xlabel(f"final test pass@1 minus {BASELINE}'s, seeds paired (points): mean, 95% CI, each seed (x); "
+                  "ring: against GRPO on each seed's own machine kind", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "") -> None:
+    """Accuracy against generator steps and against FLOPs, every arm's mean over seeds with its 95% CI
+    shaded (with more than six arms, grpo's alone: the others' bands would hide each other), clipped to
+    [0, 1]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     longest = {arm: max(max(r.steps) for r in runs.values()) for arm, runs in arms.items()
@@ -558,17 +623,23 @@ def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
         if arm not in longest:
             continue
         steps, acc, half, flops = mean_curve(runs, after_warmup=True)
-        lo, hi = [a - h for a, h in zip(acc, half)], [a + h for a, h in zip(acc, half)]
+        lo, hi = [max(0.0, a - h) for a, h in zip(acc, half)], [min(1.0, a + h) for a, h in zip(acc, half)]
         label = f"{arm} (n={len(runs)})" + (f"; to step {longest[arm]} on the right" if clip and arm == LONG else "")
         line, = left.plot(steps, acc, label=label)
-        left.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
         right.plot(flops, acc, color=line.get_color(), linestyle=line.get_linestyle())
-        right.fill_between(flops, lo, hi, alpha=0.2, color=line.get_color())
+        if len(longest) <= 6 or arm == BASELINE:
+            left.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
+            right.fill_between(flops, lo, hi, alpha=0.2, color=line.get_color())
     if clip:
         left.set_xlim(0, clip)
     left.set_xlabel("generator step")
     right.set_xlabel("FLOPs after the warm-up (cumulative; the table counts the warm-up)")
-    right.set_xscale("log")
+    spent = [x for line in right.get_lines() for x in line.get_xdata() if x > 0]
+    if spent and max(spent) > 100 * min(spent):  # log only where the FLOPs span more than two decades
+        right.set_xscale("log")
+        right.xaxis.set_minor_formatter(NullFormatter())  # the minor ticks' labels overlap over a decade or less
+    else:  # each tick its own exponent: matplotlib's shared one sits on the axis label
+        right.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.1e}".replace("e+", "e") if x else "0"))
     for ax in (left, right):
         ax.set_ylabel("greedy pass@1 (test, in training)")
         ax.grid(alpha=0.3)
@@ -614,6 +685,7 @@ def build_study(study_dir: str | Path) -> str:
                  "oracle under the same construction and α, seeds paired (Fieller's 95% interval):\n\n" + shares)
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
+    plot_differences(arms, study_dir / "differences.png", title=study_dir.name)
     return text
 
 
