@@ -234,6 +234,71 @@ def test_verifying_a_share_verifies_the_least_sure_distinct_samples_alone(sft_ru
             assert part[i].final is None and part[i].steps == [] and part[i].format == 0.0
 
 
+def test_the_samples_needed_alone_are_verified(sft_run, warm_verifier):
+    """`needed`: only the distinct pairs with a flagged copy are verified, with the verdicts full verification
+    gives them (pair 0's copy, sample 3, is flagged: pair 0 is verified for sample 0 too); the rest have no
+    verdict; none flagged, no verification at all."""
+    from cotrain.models.build import load_model
+    from cotrain.train.verifier import mixed_groups, verify_samples
+
+    verifier, vtok = load_model(warm_verifier)
+    questions = ["3+4", "5+1", "2+2", "3+4"]
+    texts = ["Step 1: 3+4=7\nFinal: 7", "Step 1: 5+1=7\nFinal: 7", "Step 1: 2+2=4\nFinal: 4", "Step 1: 3+4=7\nFinal: 7"]
+    v = build_config({"verifier": {"max_new_tokens": 40}}).verifier
+    _, full, _ = verify_samples(verifier, vtok, questions, texts, v, seed=0, bf16=False)
+    _, part, share = verify_samples(verifier, vtok, questions, texts, v, seed=0, bf16=False,
+                                    needed=[False, True, False, True])
+    assert share == pytest.approx(2 / 4) and [part[i] == full[i] for i in (0, 1, 3)] == [True] * 3
+    assert part[2].final is None and part[2].steps == [] and part[2].format == 0.0
+    vro, none, share = verify_samples(verifier, vtok, questions, texts, v, seed=0, bf16=False, needed=[False] * 4)
+    assert vro is None and share == 0.0 and all(x.final is None for x in none)
+    assert mixed_groups([True, False, False, False, False, False, True, True, True], 3) == [True] * 3 + [False] * 6
+
+
+def test_verifying_the_trained_groups_alone_leaves_the_update_unchanged(sft_run, tmp_path, monkeypatch):
+    """`cotraining.verify_groups: trained` with `process_groups: mixed`: the verdicts on the groups the process term
+    does not train are read by no update, so, with verdicts that depend on the sample alone, the generator ends
+    bit for bit where judging every sample leaves it, for fewer verifications; the verifier's monitors read the
+    mixed groups alone. Refused where an update reads every verdict."""
+    import cotrain.recipes.tango as tango
+    import cotrain.train.verifier as tv
+    from cotrain.roles.verifier import Verification, split_steps
+
+    judged = {}
+
+    def verdicts(verifier, vtok, questions, texts, **kw):  # the real verifier's rollout, verdicts from the text alone
+        judged.setdefault(run, []).append(len(texts))
+        vro, raw, _ = real(verifier, vtok, questions, texts, **kw)
+        fixed = [Verification(steps=[(len(t) + k) % 3 > 0 for k in range(len(split_steps(t)))], final=len(t) % 2 == 0,
+                              format=1.0) for t in texts]
+        return vro, raw, fixed
+
+    real = tv.verify
+    monkeypatch.setattr(tv, "verify", verdicts)
+    monkeypatch.setattr(tango, "warm_up", lambda *a, **k: None)  # the stored verifier as it is, and no final
+    monkeypatch.setattr(tango, "final_verifier_results", lambda *a, **k: {})  # evaluation: the steps alone
+    rows = {}
+    for run in ("all", "trained"):
+        raw = tango_config(sft_run[0], recipe="frozen_verifier", train={"steps": 2}, eval={"k": 0, "n": 4, "every": 0},
+                           checkpoint={"every": 0},
+                           tango={"eval_n": 8, "alpha": 0.5, "alpha_schedule": "constant", "credit": "final",
+                                  "process_groups": "mixed", "verify_groups": run})
+        run_recipe(build_config(raw), tmp_path / run)
+        rows[run] = [r for r in _rows(tmp_path / run) if "gen/alpha" in r]
+    assert not _changed(tmp_path / "all" / "final" / "generator", tmp_path / "trained" / "final" / "generator")
+    assert _changed(sft_run[0] / "final" / "generator", tmp_path / "trained" / "final" / "generator")
+    assert sum(judged["trained"]) < sum(judged["all"]), judged
+    assert any(r["gen/adv_process_abs"] > 0 for r in rows["trained"]), "the test needs a process term that trains"
+    for a, t in zip(rows["all"], rows["trained"], strict=True):
+        assert t["gen/loss"] == a["gen/loss"] and t["gen/acc"] == a["gen/acc"]
+        assert t["cotrain/distinct_verified"] <= a["cotrain/distinct_verified"]
+        assert ("cotrain/agree" in t) == (t["gen/frac_reward_zero_std"] < 1)  # judged where a group is mixed
+    for bad, why in (({"process_groups": "all"}, "not mixed"), ({"process_groups": "mixed", "adversarial": True}, "adversarial"),
+                     ({"process_groups": "mixed", "alpha": "auto"}, "auto")):
+        with pytest.raises(Exception, match=f"verify_groups trained: .*{why}"):
+            build_config(nano_config("tango", cotraining={**bad, "verify_groups": "trained"}))
+
+
 @pytest.mark.heavy  # kept out of make test's 10 minutes on the slowest 2-core kind: make test-heavy
 def test_compiled_decoding_leaves_the_tango_run_unchanged(sft_run, tmp_path, monkeypatch):
     """`rollout.compile` and `verifier.compile` change only how sampling runs: the golden run with

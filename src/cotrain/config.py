@@ -308,6 +308,12 @@ class CoTrainingConfig(_Section):
         "one) alone, 0 elsewhere: right steps earn nothing, so padding cannot pay. final_compute: final over the "
         "steps that compute alone (wordproblems: that state an equation); a restated fact or prose earns nothing "
         "and costs nothing, each equation its step reward (every step where the task does not count them)."))
+    verify_groups: Literal["all", "trained"] = Field("all", description=(
+        "Whose samples a verifier model judges each step. all: every sample (RL Tango). trained: only the groups "
+        "the process term trains (with process_groups mixed, those holding right and wrong samples), the same "
+        "generator update for less verification (the verdicts on the others are read by no update); the "
+        "verifier's cotrain/* monitors then read those groups alone. Needs process_groups mixed, and neither "
+        "adversarial nor alpha_schedule auto (both read every verdict); the oracle's verdicts are free either way."))
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +321,16 @@ class CoTrainingConfig(_Section):
         if isinstance(data, dict) and data.get("alpha") == "auto":
             data = {**data, "alpha": 0.1, "alpha_schedule": "auto"}
         return data
+
+    @model_validator(mode="after")
+    def _trained_groups(self):
+        if self.verify_groups == "trained":
+            reads = [why for why, on in (("process_groups is not mixed (every group is trained)", self.process_groups != "mixed"),
+                                         ("adversarial reads every verdict", self.adversarial),
+                                         ("alpha_schedule auto reads every verdict", self.alpha_schedule == "auto")) if on]
+            if reads:
+                raise ValueError(f"verify_groups trained: {'; '.join(reads)}")
+        return self
 
 
 class CurriculumConfig(_Section):

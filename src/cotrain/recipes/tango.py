@@ -92,12 +92,12 @@ from cotrain.train.update import generator_update
 from cotrain.train.verifier import (
     VerifierRL,
     build_verifier,
-    cotrain_monitors,
     final_verifier_results,
     mean_metrics,
+    mixed_groups,
     oracle_results,
     require_process_labels,
-    step_monitors,
+    verdict_monitors,
     verdict_process_advantages,
     verdicts_on_samples,
     warm_up,
@@ -164,9 +164,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- verification of every sample
         correct = grade(texts, problems)
+        judged = mixed_groups(correct, g.group_size) if tg.verify_groups == "trained" and not oracle else None
         vro, parsed, distinct = verdicts_on_samples(None if oracle else (verifier, vtok), task, problems, texts, correct,
                                                     v, rollout=ro, seed=derive_seed(cfg.seed, "verify", step),
-                                                    bf16=cfg.train.bf16)  # oracle: the task's (no rollout)
+                                                    bf16=cfg.train.bf16, needed=judged)  # oracle: the task's (no rollout)
         forward, verified = rollout_tokens(vro) if vro is not None else (0, 0)
         compute.add("ver", forward=forward)
         timer.lap("verify", verified)
@@ -203,9 +204,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- log / eval / checkpoint
         metrics = {
             **reward_metrics("gen", rewards, g.group_size),
-            **cotrain_monitors(parsed, correct, [task.extract_answer(t) for t in texts], g.group_size,
-                               getattr(task, "answers_equal", None)),
-            **step_monitors(task, problems, texts, parsed, complete, correct),
+            **verdict_monitors(task, problems, texts, parsed, complete, correct, g.group_size, judged),
             **rollout_metrics("gen", ro),
             "gen/lr": sched.get_last_lr()[0],
             "gen/alpha": alpha,
@@ -213,7 +212,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             "gen/process_usable": sum(r is not None for r in s_rewards) / len(s_rewards),
             "gen/adv_process_abs": masked_mean(process_adv.abs(), ro.completion_mask).item(),
             **{f"gen/{k}": x for k, x in st.items() if "tokens" not in k},
-            "cotrain/format": sum(x.format for x in parsed) / len(parsed), "cotrain/distinct_verified": distinct,
+            "cotrain/distinct_verified": distinct,
             "tokens/gen_generated": generated, "tokens/gen_trained": st["tokens_trained"],
             **mean_metrics(ver_metrics),
             **compute.metrics(),
@@ -224,7 +223,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics["cotrain/agree"]})
+        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics.get("cotrain/agree", float("nan"))})
         maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, "alpha_window": window,
                                                            "alpha_trust": trust, **({} if oracle else ver_rl.state())})
 

@@ -52,27 +52,34 @@ None (unlabelled): ground truth, or a label-free recipe's pseudo-label."""
 
 
 def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: VerifierConfig, *, seed: int,
-                   bf16: bool, rollout: Rollout | None = None) -> tuple[Rollout, list[Verification], float]:
-    """The verifier's verdicts on each sample: (its rollout, the parsed verification of each sample, the
-    share of (question, sample) pairs verified). Greedy verification of a repeated pair gives the same
-    verdicts, so each distinct pair is verified once (a group often repeats its correct solutions).
-    With `v.verify_share` < 1 and the samples' `rollout`, only that share of the distinct pairs is
-    verified, those of highest mean token entropy; the others get the verification of an empty text."""
+                   bf16: bool, rollout: Rollout | None = None, needed: list[bool] | None = None
+                   ) -> tuple[Rollout | None, list[Verification], float]:
+    """The verifier's verdicts on each sample: (its rollout, None where nothing was verified; the parsed
+    verification of each sample; the share of (question, sample) pairs verified). Greedy verification of
+    a repeated pair gives the same verdicts, so each distinct pair is verified once (a group often repeats
+    its correct solutions). Given `needed` (a flag per sample), only the pairs of samples flagged are
+    verified. With `v.verify_share` < 1 and the samples' `rollout`, only that share of them is verified,
+    those of highest mean token entropy. The others get the verification of an empty text (no verdict)."""
     pairs = list(zip(questions, texts))
     distinct = list(dict.fromkeys(pairs)) if v.greedy_verdicts else pairs
+    first = {}
+    for i, pair in enumerate(pairs):
+        first.setdefault(pair, i)                              # a pair's copies sampled alike: its first
+    rows = [first[pair] for pair in distinct] if v.greedy_verdicts else list(range(len(pairs)))
     keep = list(range(len(distinct)))
-    if v.verify_share < 1 and rollout is not None:
+    if needed is not None:
+        wanted = {pair for pair, flag in zip(pairs, needed, strict=True) if flag}
+        keep = [i for i in keep if (distinct[i] in wanted if v.greedy_verdicts else needed[i])]
+    if v.verify_share < 1 and rollout is not None and keep:
         mask = rollout.completion_mask.to(rollout.entropy.dtype)
         entropy = ((rollout.entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()    # [N]
-        first = {}
-        for i, pair in enumerate(pairs):
-            first.setdefault(pair, i)                          # a pair's copies sampled alike: its first
-        rows = [first[pair] for pair in distinct] if v.greedy_verdicts else range(len(pairs))
-        keep = most_uncertain([entropy[r] for r in rows], v.verify_share)
-    vro, _, parsed_kept = verify(verifier, vtok, [distinct[i][0] for i in keep], [distinct[i][1] for i in keep],
-                                 greedy=v.greedy_verdicts, temperature=v.temperature,
-                                 max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16, draft_tokens=v.draft_tokens,
-                                 compiled=v.compile)
+        keep = [keep[j] for j in most_uncertain([entropy[rows[i]] for i in keep], v.verify_share)]
+    vro, parsed_kept = None, []
+    if keep:
+        vro, _, parsed_kept = verify(verifier, vtok, [distinct[i][0] for i in keep], [distinct[i][1] for i in keep],
+                                     greedy=v.greedy_verdicts, temperature=v.temperature,
+                                     max_new_tokens=v.max_new_tokens, seed=seed, bf16=bf16,
+                                     draft_tokens=v.draft_tokens, compiled=v.compile)
     kept = dict(zip(keep, parsed_kept))
     parsed_distinct = [kept[i] if i in kept else parse("", len(split_steps(t)))                # unverified: no verdict
                        for i, (_, t) in enumerate(distinct)]
@@ -82,15 +89,36 @@ def verify_samples(verifier, vtok, questions: list[str], texts: list[str], v: Ve
 
 
 def verdicts_on_samples(verifier: tuple | None, task, problems: list, texts: list[str], correct: list[bool],
-                        v: VerifierConfig, *, rollout: Rollout, seed: int, bf16: bool
+                        v: VerifierConfig, *, rollout: Rollout, seed: int, bf16: bool, needed: list[bool] | None = None
                         ) -> tuple[Rollout | None, list[Verification], float]:
     """The step and final verdicts on the generator's samples from where `verifier.source` says: the
-    verifier (model, tokenizer) through `verify_samples`, or, with `verifier` None, the task's own
-    (`oracle_verifications`, no rollout). Returns (the verifier's rollout or None, the verifications, the
+    verifier (model, tokenizer) through `verify_samples` (only the samples `needed` flags, given it), or,
+    with `verifier` None, the task's own (`oracle_verifications`, every sample: they cost nothing, and a
+    noisy oracle's draws stay in order). Returns (the verifier's rollout or None, the verifications, the
     share of samples verified)."""
     if verifier is None:
         return None, oracle_verifications(task, problems, texts, correct, v, seed), 1.0
-    return verify_samples(*verifier, [p.question for p in problems], texts, v, rollout=rollout, seed=seed, bf16=bf16)
+    return verify_samples(*verifier, [p.question for p in problems], texts, v, rollout=rollout, seed=seed, bf16=bf16,
+                          needed=needed)
+
+
+def mixed_groups(correct: list[bool], group_size: int) -> list[bool]:
+    """Per sample: whether its group holds both a right and a wrong sample (the groups `only_mixed_groups`
+    keeps)."""
+    groups = [correct[i:i + group_size] for i in range(0, len(correct), group_size)]
+    return [flag for g in groups for flag in [len(set(g)) > 1] * len(g)]
+
+
+def monitors_of(samples: list[bool], monitors: dict[str, float], read: Callable[[list[int]], dict[str, float]]
+                ) -> dict[str, float]:
+    """`monitors` (computed over every sample) with the verifier's (`cotrain/*`, `gap/verifier`) read again
+    over the samples flagged alone (`read(indices)`): the only ones a verifier judged. Where none was judged
+    the verifier's keys are left out."""
+    mine = {k: x for k, x in monitors.items() if not (k.startswith("cotrain/") or k == "gap/verifier")}
+    chosen = [i for i, flag in enumerate(samples) if flag]
+    if not chosen:
+        return mine
+    return {**mine, **{k: x for k, x in read(chosen).items() if k.startswith("cotrain/") or k == "gap/verifier"}}
 
 
 def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
@@ -195,6 +223,23 @@ def cotrain_monitors(parsed: list[Verification], correct: list[bool], answers: l
             "cotrain/approve_rate": health["approve_rate"],
             "gap/verifier": verifier_gap(approved, correct),
             "gap/majority": majority_gap(answers, correct, group_size, equal)}
+
+
+def verdict_monitors(task, problems: list, texts: list[str], parsed: list[Verification], complete: list[bool],
+                     correct: list[bool], group_size: int, judged: list[bool] | None = None) -> dict[str, float]:
+    """A step's `cotrain_monitors`, `step_monitors` and `cotrain/format` (the share of verifications that
+    parse), over every sample; given `judged` (the samples a verifier judged, whole groups), the verifier's
+    over those alone (`monitors_of`)."""
+    def read(idx: list[int]) -> dict[str, float]:
+        p, t, c = [problems[i] for i in idx], [texts[i] for i in idx], [correct[i] for i in idx]
+        v = [parsed[i] for i in idx]
+        return {**cotrain_monitors(v, c, [task.extract_answer(x) for x in t], group_size,
+                                   getattr(task, "answers_equal", None)),
+                **step_monitors(task, p, t, v, [complete[i] for i in idx], c),
+                "cotrain/format": sum(x.format for x in v) / len(v)}
+
+    every = read(list(range(len(texts))))
+    return every if judged is None else monitors_of(judged, every, read)
 
 
 def mean_metrics(rows: list[dict]) -> dict[str, float]:
