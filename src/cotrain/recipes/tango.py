@@ -61,6 +61,9 @@ Metrics: `gen/*` and `ver/*` per role (ver/* only on steps that train the verifi
 samples), the generation-verification gaps on them: `gap/verifier` (accuracy of the samples the
 verifier approves minus accuracy of all) and `gap/majority` (maj@G minus one sample's accuracy),
 `eval/verifier/*` on a fixed held-out set of error-injected solutions every eval.every steps.
+With `cotraining.verify_groups: trained` (ours; needs `process_groups: mixed`) the verifier judges only the
+groups the process term trains: the same update for less verification, and the `cotrain/*` verdict
+metrics then read those groups alone (absent on a step where no group is mixed).
 
 Run:  cotrain run configs/tango_smoke.yaml --out runs/tango
 """
