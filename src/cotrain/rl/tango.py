@@ -200,8 +200,13 @@ def only_mixed_groups(process: torch.Tensor, rewards: torch.Tensor, group_size: 
     """The process advantages [N, T] with every group whose outcome rewards [N] are all equal set to 0
     (`cotraining.process_groups: mixed`): such a group then trains not at all, as under GRPO, and the process
     term only redistributes credit inside groups that hold both right and wrong samples."""
+    return process * mixed_mask(rewards, group_size).to(process.dtype)[:, None]
+
+
+def mixed_mask(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """[N] bool: whether each sample's group of outcome rewards [N] holds two different values."""
     mixed = rewards.view(-1, group_size).float().std(dim=1, unbiased=False) > 0                  # [B]
-    return process * mixed.repeat_interleave(group_size).to(process.dtype)[:, None]
+    return mixed.repeat_interleave(group_size)
 
 
 def flip_verdicts(labels: list[bool], fp: float, fn: float, rng) -> list[bool]:

@@ -29,6 +29,7 @@ from cotrain.rl.tango import (
     final_step_rewards,
     first_error_advantages,
     flip_verdicts,
+    mixed_mask,
     most_uncertain,
     process_advantages,
     step_rewards,
@@ -104,21 +105,8 @@ def verdicts_on_samples(verifier: tuple | None, task, problems: list, texts: lis
 
 def mixed_groups(correct: list[bool], group_size: int) -> list[bool]:
     """Per sample: whether its group holds both a right and a wrong sample (the groups `only_mixed_groups`
-    keeps)."""
-    groups = [correct[i:i + group_size] for i in range(0, len(correct), group_size)]
-    return [flag for g in groups for flag in [len(set(g)) > 1] * len(g)]
-
-
-def monitors_of(samples: list[bool], monitors: dict[str, float], read: Callable[[list[int]], dict[str, float]]
-                ) -> dict[str, float]:
-    """`monitors` (computed over every sample) with the verifier's (`cotrain/*`, `gap/verifier`) read again
-    over the samples flagged alone (`read(indices)`): the only ones a verifier judged. Where none was judged
-    the verifier's keys are left out."""
-    mine = {k: x for k, x in monitors.items() if not (k.startswith("cotrain/") or k == "gap/verifier")}
-    chosen = [i for i, flag in enumerate(samples) if flag]
-    if not chosen:
-        return mine
-    return {**mine, **{k: x for k, x in read(chosen).items() if k.startswith("cotrain/") or k == "gap/verifier"}}
+    keeps, through the same `mixed_mask`)."""
+    return mixed_mask(torch.tensor(correct, dtype=torch.float32), group_size).tolist()
 
 
 def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
@@ -229,7 +217,7 @@ def verdict_monitors(task, problems: list, texts: list[str], parsed: list[Verifi
                      correct: list[bool], group_size: int, judged: list[bool] | None = None) -> dict[str, float]:
     """A step's `cotrain_monitors`, `step_monitors` and `cotrain/format` (the share of verifications that
     parse), over every sample; given `judged` (the samples a verifier judged, whole groups), the verifier's
-    over those alone (`monitors_of`)."""
+    (`cotrain/*`, `gap/verifier`) over those alone, and left out where none was judged."""
     def read(idx: list[int]) -> dict[str, float]:
         p, t, c = [problems[i] for i in idx], [texts[i] for i in idx], [correct[i] for i in idx]
         v = [parsed[i] for i in idx]
@@ -239,7 +227,15 @@ def verdict_monitors(task, problems: list, texts: list[str], parsed: list[Verifi
                 "cotrain/format": sum(x.format for x in v) / len(v)}
 
     every = read(list(range(len(texts))))
-    return every if judged is None else monitors_of(judged, every, read)
+    if judged is None:
+        return every
+    chosen = [i for i, flag in enumerate(judged) if flag]
+    mine = read(chosen) if chosen else {}                  # none judged: the verifier's keys left out
+    return {**{k: x for k, x in every.items() if not _of_verifier(k)}, **{k: x for k, x in mine.items() if _of_verifier(k)}}
+
+
+def _of_verifier(key: str) -> bool:
+    return key.startswith("cotrain/") or key == "gap/verifier"
 
 
 def mean_metrics(rows: list[dict]) -> dict[str, float]:
