@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import build_study, difference_rows, load_study, mean_curve, steps_to_reach
+from cotrain.analysis.study import build_study, difference_rows, load_study, mean_curve, steps_to_reach, study_criteria
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 from cotrain.runs.rundir import write_jsonl_gz_atomic
@@ -541,3 +541,30 @@ def test_a_seed_across_machine_kinds_is_paired_with_grpo_run_on_its_own(tmp_path
     assert rows == {"arm": ("-2.5 [-34.3, +29.3] (n=2)", {0: 0.0, 1: -5.0}, "+2.5 [-29.3, +34.3] (n=2)"),
                     "curriculum": ("-20.0 (n=1)", {1: -20.0}, "-10.0 (n=1)")}  # grpo_fp32, grpo's twin, is no row
     assert (study / "differences.png").stat().st_size > 0
+
+
+def test_the_criteria_read_grpo_on_each_seeds_own_machine_kind_where_it_ran_there(tmp_path):
+    """grpo ran seeds 0-2 in bf16 (0.30 each), grpo_fp32 seeds 1-2 on the AVX2 machine (0.20, 0.22). `tango` ran
+    seed 0 beside grpo's (0.32) and seeds 1-2 on the AVX2 machine (0.24, 0.25): on each seed's own machine kind
+    +2, +4, +3, mean 3, sd 1, t(2) 4.303 × 1 / √3 = 2.5, so [+0.5, +5.5] and the minimum holds (against grpo
+    alone +2, −6, −5 would not). `partial`'s seed 0 ran on the AVX2 machine, where GRPO has no seed 0: its
+    criteria keep the plain pairing (+1 and −5: mean −2, sd 4.243, t(1) 12.706 × 4.243 / √2 = 38.1, no note)."""
+    study = tmp_path / "study"
+    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
+    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
+    runs = [*[("grpo", s, 0.30, "recipe: grpo\n", bf16) for s in (0, 1, 2)],
+            ("grpo_fp32", 1, 0.20, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
+            ("grpo_fp32", 2, 0.22, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
+            ("tango", 0, 0.32, "recipe: tango\n", bf16), ("tango", 1, 0.24, "recipe: tango\n", fp32),
+            ("tango", 2, 0.25, "recipe: tango\n", fp32),
+            ("partial", 0, 0.31, "recipe: tango\n", fp32), ("partial", 1, 0.25, "recipe: tango\n", bf16)]
+    for arm, s, test, config, env in runs:
+        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.2, test], config=config)
+        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+    crit = {(arm, c.name): (c.holds, c.figures) for arm, c in study_criteria(load_study(study))}
+    home = " (against GRPO on each seed's own machine kind)"
+    assert crit["tango", "minimum"] == (True, "+3.0 [+0.5, +5.5] (n=3)" + home)
+    assert crit["tango", "good"] == (False, "+3.0 [+0.5, +5.5] (n=3)" + home)
+    assert crit["tango", "great"] == (False, "+0.0 [+0.0, +0.0] (n=3)" + home)  # ood 0.1 everywhere
+    assert crit["partial", "minimum"][1] == "-2.0 [-40.1, +36.1] (n=2)"
+    assert not any(arm.startswith("grpo") for arm, _ in crit)  # the controls have no criteria

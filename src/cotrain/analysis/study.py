@@ -8,7 +8,8 @@ label-free arm of the plan's "excellent" criterion, whose gain is read against t
 warmed up once and committed as `<study>/starts/warm/verifier` is a cost the runs that start from it do not
 log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`) to their warm-up. An arm
 whose runs are grpo's but for their precision (`train.bf16`, e.g. `grpo_fp32`) is GRPO run on another machine
-kind: a seed of an arm that ran on another machine kind than grpo's is paired with it as well, below the table.
+kind: a seed of an arm that ran on another machine kind than grpo's is paired with it as well, below the table,
+and the plan's criteria read that pairing where it covers every seed the plain one does.
 
     cotrain study results/<study>        prints the table, writes <study>/table.md, <study>/curves.png and
                                          <study>/differences.png (each arm's paired difference with grpo)
@@ -20,7 +21,7 @@ import json
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cotrain.analysis.plot import load_metrics
@@ -312,13 +313,32 @@ def _vs_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str):
     return paired_difference(b, a, POINTS) if set(b) & set(a) else None
 
 
+HOME = "against GRPO on each seed's own machine kind"
+
+
+def _vs_grpo(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tuple[Paired | None, str]:
+    """The paired difference the criteria read, and a note for its figures: against GRPO on each seed's own
+    machine kind (`home_baseline`) where a seed ran on another machine kind than grpo's and GRPO ran every
+    seed of the plain pairing on the arm's own; else the plain pairing (`_vs_baseline`) and no note."""
+    plain = _vs_baseline(arms, arm, split)
+    if plain is None:
+        return None, ""
+    paired = set(_finals(arms[BASELINE], split)) & set(mine := _finals(arms[arm], split))
+    home, names = home_baseline(arms, arm, split)
+    seeds = set(home) & set(mine)
+    if not paired <= seeds or all(names[s] == BASELINE for s in seeds):
+        return plain, ""
+    return paired_difference({s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, POINTS), f" ({HOME})"
+
+
 def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) -> list[tuple[str, Criterion]]:
     """The plan's criteria (`stats.plan_criteria`) of each co-training arm (not the grpo and sft controls)
-    against grpo, and `cotraining.alpha: auto`'s two rules for its arm, as (arm, criterion) in the study's
-    order of arms. The label-free gain needs the start's `test` pass@1 (`start`)."""
+    against grpo (`_vs_grpo`: GRPO on each seed's own machine kind where it ran there), and `cotraining.alpha:
+    auto`'s two rules for its arm, as (arm, criterion) in the study's order of arms. The label-free gain needs
+    the start's `test` pass@1 (`start`)."""
     out = []
     for arm, runs in arms.items():
-        d_test = _vs_baseline(arms, arm, "test")
+        (d_test, note), (d_ood, ood_note) = _vs_grpo(arms, arm, "test"), _vs_grpo(arms, arm, "ood")
         single = all(r.recipe in RECIPES and RECIPES[r.recipe].control for r in runs.values())  # grpo_long, sft: controls
         if d_test is None or arm == LABELFREE or single:  # the criteria compare co-training with grpo
             continue
@@ -330,7 +350,8 @@ def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) 
             if set(lf) & set(test):
                 vs = paired_difference(test, lf, POINTS)
         extra = auto_criteria(d_test, _mean_alpha(runs), _mean_alpha(arms.get(SCHEDULE, {}))) if arm == AUTO else []
-        out += [(arm, c) for c in plan_criteria(d_test, _vs_baseline(arms, arm, "ood"), gain, vs) + extra]
+        notes = {"minimum": note, "good": note, "great": ood_note}
+        out += [(arm, replace(c, figures=c.figures + notes.get(c.name, ""))) for c in plan_criteria(d_test, d_ood, gain, vs) + extra]
     return out
 
 
@@ -502,7 +523,7 @@ def cross_machine_pairs(arms: dict[str, dict[int, Run]]) -> list[str]:
         by_arm = {n: [s for s in seeds if names[s] == n] for n in dict.fromkeys(names[s] for s in seeds)}
         which = "; ".join(f"seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))} {n}" for n, ss in by_arm.items())
         d = paired_difference({s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, POINTS)
-        lines.append(f"  - {arm} against GRPO on each seed's own machine kind ({which}), test (points): {d.text()}")
+        lines.append(f"  - {arm} {HOME} ({which}), test (points): {d.text()}")
     return lines
 
 
