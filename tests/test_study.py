@@ -517,7 +517,8 @@ def test_a_seed_across_machine_kinds_is_paired_with_grpo_run_on_its_own(tmp_path
     """GRPO's seed 1 ran again in fp32 on the AVX2 machine (`grpo_fp32`: grpo's setting but its precision); an
     arm of the grpo recipe with another setting (a curriculum) is no such twin. The arm's seed 0 ran where grpo's
     did (0.30 − 0.30 = 0), its seed 1 on the AVX2 machine (0.25 − 0.20 = +5 against grpo_fp32, not −5 against
-    grpo): mean +2.5, sd 3.536, t(1) 12.706 × 3.536 / √2 = 31.8."""
+    grpo): mean +2.5, sd 3.536, t(1) 12.706 × 3.536 / √2 = 31.8. The table reads that pairing (marked ‡, as
+    the criteria do) and the line below it the one it leaves out, against grpo alone: 0 and −5, −2.5 ± 31.8."""
     study = tmp_path / "study"
     bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
     fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
@@ -530,11 +531,17 @@ def test_a_seed_across_machine_kinds_is_paired_with_grpo_run_on_its_own(tmp_path
         _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.2, test], config=config)
         (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
     text = build_study(study)
-    assert ("  - arm against GRPO on each seed's own machine kind (seed 0 grpo; seed 1 grpo_fp32), test (points): "
-            "+2.5 [-29.3, +34.3] (n=2)") in text
+    table = text[:text.index("\n\n")].splitlines()  # the first table: arm, seeds, test, ood, paired test, ...
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table}
+    assert rows["arm"][4] == "+2.5 [-29.3, +34.3] (n=2) ‡" and rows["arm"][7] == "+2.5 [-29.3, +34.3] (n=2) ‡"
+    assert rows["curriculum"][4] == "-10.0 (n=1) ‡"  # 0.10 against grpo_fp32's 0.20
+    assert rows["grpo_fp32"][4] == "-10.0 (n=1)"  # the twin is read against grpo alone, never against itself
+    assert ("  - arm in the table against GRPO on each seed's own machine kind (seed 0 grpo; seed 1 grpo_fp32); "
+            "against grpo alone, test (points): -2.5 [-34.3, +29.3] (n=2)") in text
     assert "- grpo_fp32: seed 1 ran on" in text  # the twin's own pair is named, and read against nothing else
-    assert text.count("own machine kind") == 2  # the arm's line, and the curriculum's (against grpo_fp32, −10)
-    assert "  - curriculum against GRPO on each seed's own machine kind (seed 1 grpo_fp32), test (points): -10.0" in text
+    assert ("  - curriculum in the table against GRPO on each seed's own machine kind (seed 1 grpo_fp32); against grpo "
+            "alone, test (points): -20.0 (n=1)") in text
+    assert text.count("‡ against GRPO on each seed's own machine kind: ") == 1
     # the figure's rows: against grpo seed 1 is 0.25 − 0.30 = −5, so −2.5 over both; on its own machine +2.5 as above
     rows = {arm: (d.text(), {s: round(x, 6) for s, x in seeds.items()}, home and home.text())
             for arm, d, seeds, home in difference_rows(load_study(study))}

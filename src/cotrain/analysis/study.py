@@ -299,13 +299,18 @@ def _mean_alpha(runs: dict[int, Run]) -> float | None:
 VERDICT = {True: "holds", False: "does not hold", None: "cannot say"}
 
 
+SECOND_HALF = "second half"  # what the study pairs besides a split's final pass@1: `Run.second_half`
+
+
 def _finals(runs: dict[int, Run], split: str) -> dict[int, float]:
-    return {s: r.final(split) for s, r in runs.items() if r.final(split) is not None}
+    """Each seed's final pass@1 on `split`, or its in-training mean over the second half (`SECOND_HALF`)."""
+    values = {s: r.second_half() if split == SECOND_HALF else r.final(split) for s, r in runs.items()}
+    return {s: v for s, v in values.items() if v is not None}
 
 
 def _vs_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str):
-    """The paired (arm − grpo) difference of the final `split` pass@1 in points, or None (no grpo arm,
-    the arm is grpo, or no seed in common)."""
+    """The paired (arm − grpo) difference of the final `split` pass@1 (or `SECOND_HALF`) in points, or None (no
+    grpo arm, the arm is grpo, or no seed in common)."""
     base = arms.get(BASELINE)
     if not base or arm == BASELINE:
         return None
@@ -319,7 +324,8 @@ HOME = "against GRPO on each seed's own machine kind"
 def _vs_grpo(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tuple[Paired | None, str]:
     """The paired difference the criteria read, and a note for its figures: against GRPO on each seed's own
     machine kind (`home_baseline`) where a seed ran on another machine kind than grpo's and GRPO ran every
-    seed of the plain pairing on the arm's own; else the plain pairing (`_vs_baseline`) and no note."""
+    seed of the plain pairing on the arm's own; else the plain pairing (`_vs_baseline`) and no note. The study's
+    table and its criteria read this pairing."""
     plain = _vs_baseline(arms, arm, split)
     if plain is None:
         return None, ""
@@ -400,6 +406,13 @@ def role_compute(runs: dict[int, Run]) -> str:
     return "; ".join(cells)
 
 
+MARK = "‡"
+
+
+def _paired_cell(d: Paired | None, note: str) -> str:
+    return "–" if d is None else d.text() + (f" {MARK}" if note else "")
+
+
 def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
@@ -410,6 +423,7 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     base = arms.get(BASELINE)
     target = mean_curve(base)[1][-1] if base and all(r.steps for r in base.values()) else None
     long = mean_curve(arms[LONG]) if LONG in arms and all(r.steps for r in arms[LONG].values()) else None
+    at_home = False
     lines = ["| arm | seeds | test pass@1 | ood pass@1 | paired vs grpo, test (points) | paired vs grpo, ood | "
              "steps to grpo's final | in-training pass@1, 2nd half: paired vs grpo | FLOPs (warm-up) | "
              "grpo at these FLOPs (without the warm-up) | mean α (r) | gain over the start (points) | CPU |",
@@ -417,16 +431,13 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
     for arm, runs in arms.items():
         test = _finals(runs, "test")
         ood = _finals(runs, "ood")
-        d_test, d_ood = _vs_baseline(arms, arm, "test"), _vs_baseline(arms, arm, "ood")
+        (d_test, t_note), (d_ood, o_note), (d_half, h_note) = (_vs_grpo(arms, arm, w) for w in ("test", "ood", SECOND_HALF))
+        at_home |= bool(t_note or o_note or h_note)
         reach = "–"
         if target is not None and all(r.steps for r in runs.values()):
             steps, acc, _, _ = mean_curve(runs)
             hit = steps_to_reach(steps, acc, target)
             reach = "not reached" if hit is None else str(hit)
-        late = {s: r.second_half() for s, r in runs.items() if r.second_half() is not None}
-        late_base = {s: r.second_half() for s, r in (base or {}).items() if r.second_half() is not None}
-        half = (paired_difference(late_base, late, POINTS).text() if arm != BASELINE and set(late) & set(late_base)
-                else "–")
         flops = sum(r.flops[-1] if r.flops else 0.0 for r in runs.values()) / len(runs)
         warm = sum(r.warmup_flops for r in runs.values()) / len(runs)
         cpus = ", ".join(sorted({r.cpu for r in runs.values()}))
@@ -447,8 +458,9 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         own = {s: runs[s].start if runs[s].start is not None else start for s in test}  # e.g. a judge's warm-up
         over = paired_difference(own, test, POINTS).text() if test and None not in own.values() else "–"
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
-                     f"{_cell(list(ood.values()))} | {d_test.text() if d_test else '–'} | "
-                     f"{d_ood.text() if d_ood else '–'} | {reach} | {half} | {flops:.2e} ({warm:.1e}) | {equal} | {alpha} | "
+                     f"{_cell(list(ood.values()))} | {_paired_cell(d_test, t_note)} | "
+                     f"{_paired_cell(d_ood, o_note)} | {reach} | {_paired_cell(d_half, h_note)} | {flops:.2e} ({warm:.1e}) | "
+                     f"{equal} | {alpha} | "
                      f"{over} | {cpus} |")
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
@@ -465,6 +477,9 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
                      f"{role_compute(runs)} | {at_equal_samples(arms, arm)} | {step_seconds(runs)} |")
     if target is not None:
         lines.append(f"\ngrpo's final in-training accuracy (mean curve): {target:.3f}")
+    if at_home:
+        lines.append(f"\n{MARK} {HOME}: a seed of the arm ran on another machine kind than {BASELINE}'s, and GRPO ran "
+                     f"every paired seed on its own machine kind too (which run, below; the criteria read the same)")
     apart = cross_machine_pairs(arms)
     return "\n".join(lines + ([""] + apart if apart else []) + ([""] + criteria if criteria else []))
 
@@ -484,15 +499,15 @@ def baseline_twins(arms: dict[str, dict[int, Run]]) -> dict[str, dict[int, Run]]
 
 
 def home_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str = "test") -> tuple[dict[int, float], dict[int, str]]:
-    """For each seed of `arm`, the final `split` pass@1 of GRPO's run of that seed on the same machine kind
-    and precision (grpo's own, else a twin's, `baseline_twins`), and the arm it comes from; seeds with
-    no such run are left out."""
+    """For each seed of `arm`, the final `split` pass@1 (or `SECOND_HALF`) of GRPO's run of that seed on the
+    same machine kind and precision (grpo's own, else a twin's, `baseline_twins`, other than `arm` itself), and
+    the arm it comes from; seeds with no such run are left out."""
     finals, names = {}, {}
     for seed, run in arms[arm].items():
         for name, runs in [(BASELINE, arms.get(BASELINE) or {}), *baseline_twins(arms).items()]:
-            there = runs.get(seed)
-            if there is not None and "?" not in run.cpu and there.cpu == run.cpu and there.final(split) is not None:
-                finals[seed], names[seed] = there.final(split), name
+            there = _finals({seed: runs[seed]} if seed in runs and name != arm else {}, split)
+            if there and "?" not in run.cpu and runs[seed].cpu == run.cpu:
+                finals[seed], names[seed] = there[seed], name
                 break
     return finals, names
 
@@ -501,8 +516,9 @@ def cross_machine_pairs(arms: dict[str, dict[int, Run]]) -> list[str]:
     """A line for each arm whose seeds ran on another machine kind or precision than the baseline's same
     seeds: such a pair shares its start, problems and seeds but not its kernels' rounding, so it is paired
     less tightly than the rest (a difference of precision can shift accuracy on its own). Where GRPO ran
-    those seeds on the arm's machine kind too (`home_baseline`), a line more pairs each seed with GRPO on
-    its own machine kind. [] where every pair ran alike or a machine is unknown."""
+    those seeds on the arm's machine kind too (`home_baseline`), a line more gives the pairing the table does
+    not: against grpo alone where the table reads each seed against GRPO on its own machine kind (`_vs_grpo`),
+    else that one over the seeds it covers. [] where every pair ran alike or a machine is unknown."""
     base = arms.get(BASELINE) or {}
     twins = baseline_twins(arms)
     lines = []
@@ -522,6 +538,10 @@ def cross_machine_pairs(arms: dict[str, dict[int, Run]]) -> list[str]:
             continue
         by_arm = {n: [s for s in seeds if names[s] == n] for n in dict.fromkeys(names[s] for s in seeds)}
         which = "; ".join(f"seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))} {n}" for n, ss in by_arm.items())
+        if _vs_grpo(arms, arm, "test")[1]:  # the table reads it so already: the pairing it leaves out
+            lines.append(f"  - {arm} in the table {HOME} ({which}); against {BASELINE} alone, test (points): "
+                         f"{_vs_baseline(arms, arm, 'test').text()}")
+            continue
         d = paired_difference({s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, POINTS)
         lines.append(f"  - {arm} {HOME} ({which}), test (points): {d.text()}")
     return lines
