@@ -460,8 +460,7 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         lines.append(f"| {arm} | {','.join(map(str, sorted(runs)))} | {_cell(list(test.values()))} | "
                      f"{_cell(list(ood.values()))} | {_paired_cell(d_test, t_note)} | "
                      f"{_paired_cell(d_ood, o_note)} | {reach} | {_paired_cell(d_half, h_note)} | {flops:.2e} ({warm:.1e}) | "
-                     f"{equal} | {alpha} | "
-                     f"{over} | {cpus} |")
+                     f"{equal} | {alpha} | {over} | {cpus} |")
     criteria = [f"- {arm}, **{c.name}** ({c.rule}): {VERDICT[c.holds]}; {c.figures}"
                 for arm, c in study_criteria(arms, start)]
     lines += ["", "| arm | recipe | labels its training reads | its checker at the end (test) | "
@@ -505,8 +504,9 @@ def home_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str = "test"
     finals, names = {}, {}
     for seed, run in arms[arm].items():
         for name, runs in [(BASELINE, arms.get(BASELINE) or {}), *baseline_twins(arms).items()]:
-            there = _finals({seed: runs[seed]} if seed in runs and name != arm else {}, split)
-            if there and "?" not in run.cpu and runs[seed].cpu == run.cpu:
+            if name == arm or seed not in runs or "?" in run.cpu or runs[seed].cpu != run.cpu:
+                continue
+            if there := _finals({seed: runs[seed]}, split):
                 finals[seed], names[seed] = there[seed], name
                 break
     return finals, names
