@@ -198,6 +198,40 @@ def test_consistency_smoke_trains_both_roles_on_pseudo_labels(sft_run, warm_veri
     assert (tmp_path / "labelfree.png").is_file()
 
 
+def test_consistency_honours_the_credit_and_the_groups_the_process_term_trains(sft_run, warm_verifier, tmp_path):
+    """`cotraining.credit` and `process_groups` reach consistency's generator update as tango's: with the
+    verifier frozen the runs share their rollouts at step 1 (the same weights sample them) and part at the
+    update; in mixed groups a group whose rewards are all equal gets no process advantage, so the process term
+    shrinks at a step with such a group and equals to_go's where there is none. A label-free run cannot judge
+    only some groups."""
+    start, _ = sft_run
+    rows = {}
+    for name, extra in (("to_go", {}), ("final", {"credit": "final"}), ("mixed", {"process_groups": "mixed"})):
+        raw = labelfree_config("consistency", start, warm_verifier, train={"steps": 2},
+                               tango={"gen_steps": 2, "eval_n": 20, "ver_steps": 0, "alpha": 0.3,
+                                      "alpha_schedule": "constant", **extra}, eval={"every": 0, "n": 20})
+        run_recipe(build_config(raw), tmp_path / name)
+        rows[name] = [r for r in _rows(tmp_path / name) if "gen/reward" in r]
+    first = {name: r[0] for name, r in rows.items()}
+    assert first["final"]["gen/reward"] == first["to_go"]["gen/reward"], "step 1 samples and judges the same solutions"
+    assert first["to_go"]["gen/adv_process_abs"] > 0, "the test needs a process term"
+    assert first["final"]["gen/adv_process_abs"] != first["to_go"]["gen/adv_process_abs"]
+    # mixed: the same update as to_go while every group's rewards differ, so the same rollouts next step too
+    unmixed = 0
+    for a, m in zip(rows["to_go"], rows["mixed"], strict=True):
+        assert m["gen/reward"] == a["gen/reward"] and m["gen/frac_reward_zero_std"] == a["gen/frac_reward_zero_std"]
+        if m["gen/frac_reward_zero_std"] == 0:
+            assert m["gen/adv_process_abs"] == a["gen/adv_process_abs"]
+        else:
+            unmixed += 1
+            assert m["gen/adv_process_abs"] < a["gen/adv_process_abs"]
+            break  # the updates now differ, and so will the next rollouts
+    assert unmixed, "the test needs a step with a group whose rewards are all equal"
+    with pytest.raises(Exception, match="verify_groups: all"):
+        build_config(labelfree_config("consistency", start, warm_verifier,
+                                      tango={"process_groups": "mixed", "verify_groups": "trained"}))
+
+
 @pytest.mark.parametrize("recipe,overrides", [
     ("triad", {}),
     ("triad", {"selfplay": {"shared_model": True, "proposer_reward": "learnability", "solver_norm": "group",

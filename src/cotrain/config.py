@@ -712,6 +712,9 @@ class RunConfig(_Section):
             readers = [name for name, r in RECIPES.items() if r.step_verdicts]
             raise ValueError(f"verifier.source: {self.verifier.source} stands in for the verifier of "
                              f"{', '.join(readers)}; recipe {self.recipe} reads no step verdicts: set verifier.source: model")
+        if self.recipe == "consistency" and self.cotraining.verify_groups == "trained":
+            raise ValueError("cotraining.verify_groups: trained judges only some groups; recipe consistency rewards every "
+                             "sample by the verifier's verdict: set cotraining.verify_groups: all")
         if self.safeguard.enabled and self.recipe not in GUARDED:
             raise ValueError(f"safeguard.enabled guards the label-free recipes {', '.join(GUARDED)}; "
                              f"recipe {self.recipe} has none: set safeguard.enabled: false")

@@ -9,7 +9,9 @@ path: it sees `tasks.base.blind` problems.
             unlabelled (None), and their solutions train neither role.
   generator each step samples G solutions of B prompts; the verifier verifies each one; reward
             r = w * 1[approved] + (1 - w) * 1[agrees with the majority] (w = `consistency.w_verdict`),
-            group advantages mixed with the verifier's process advantages as in tango; the GRPO update.
+            group advantages mixed with the verifier's process advantages as in tango (`cotraining.credit`,
+            `cotraining.process_groups` as there, a group mixed when its rewards differ; a blinded problem
+            has no reference steps, so a sample is complete for `final` when it states an answer); the GRPO update.
   verifier  after every Ng generator steps, Nv verifier steps: G fresh solutions of each of
             `verifier.solutions / G` prompts (a group, so that they have a majority), rewarded for a
             final verdict that agrees with the pseudo-label, advantages reweighted by class.
@@ -42,12 +44,19 @@ from cotrain.eval.verifier_metrics import verdict_metrics
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.rl.majority import consistency_rewards, pseudo_labels
-from cotrain.rl.tango import alpha_at, mix_advantages
+from cotrain.rl.tango import alpha_at, mix_advantages, only_mixed_groups
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.rollout import (
+    Sampler,
+    complete_solutions,
+    computing_lines,
+    reward_metrics,
+    rollout_metrics,
+    rollout_tokens,
+)
 from cotrain.train.safeguard import Safeguard, verifier_judge
 from cotrain.train.setup import (
     build_task,
@@ -139,7 +148,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         approved = [x.final for x in parsed]
         rewards = consistency_rewards(labels, approved, cfg.consistency.w_verdict)          # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
-        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size)  # [B*G, T]
+        complete = complete_solutions(task, problems, texts)  # blinded: no reference steps, so "states an answer"
+        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size, tg.credit, complete,
+                                                            computing_lines(task, texts) if tg.credit == "final_compute" else None)
+        if tg.process_groups == "mixed":  # groups whose rewards are all equal: untrained, as under GRPO
+            process_adv = only_mixed_groups(process_adv, rewards, g.group_size)
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
         advantages = mix_advantages(outcome_adv, process_adv, alpha)                      # [B*G, T]
         timer.lap("reward")
