@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import build_study, difference_rows, load_study, mean_curve, steps_to_reach, study_criteria
+from cotrain.analysis.study import build_start, build_study, difference_rows, load_study, mean_curve, steps_to_reach, study_criteria
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 from cotrain.runs.rundir import write_jsonl_gz_atomic
@@ -101,6 +101,17 @@ def test_study_table_pairs_each_arm_with_grpo_by_seed(tmp_path):
     assert "grpo_g16, **" not in text and "| grpo_g16 | 0,1,2 |" in text  # grpo given more compute is a control
     assert (study / "table.md").read_text().strip() == text.strip()
     assert (study / "curves.png").stat().st_size > 1000
+
+
+def test_the_start_is_the_sft_one_else_the_published_model(tmp_path):
+    """`build_start` reads starts/sft/eval.json; a study that trains a published model keeps its start as
+    starts/model/eval.json; with neither there is none."""
+    assert build_start(tmp_path) is None
+    for name, acc in (("model", 0.09), ("sft", 0.2)):
+        (tmp_path / "starts" / name).mkdir(parents=True)
+        (tmp_path / "starts" / name / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": acc}}}))
+        assert build_start(tmp_path) == acc
+    assert build_start(tmp_path, "model") == 0.09
 
 
 def test_world_table_marks_each_goal_missed(tmp_path, capsys):
@@ -555,7 +566,8 @@ def test_the_criteria_read_grpo_on_each_seeds_own_machine_kind_where_it_ran_ther
     seed 0 beside grpo's (0.32) and seeds 1-2 on the AVX2 machine (0.24, 0.25): on each seed's own machine kind
     +2, +4, +3, mean 3, sd 1, t(2) 4.303 × 1 / √3 = 2.5, so [+0.5, +5.5] and the minimum holds (against grpo
     alone +2, −6, −5 would not). `partial`'s seed 0 ran on the AVX2 machine, where GRPO has no seed 0: its
-    criteria keep the plain pairing (+1 and −5: mean −2, sd 4.243, t(1) 12.706 × 4.243 / √2 = 38.1, no note)."""
+    criteria keep the plain pairing (+1 and −5: mean −2, sd 4.243, t(1) 12.706 × 4.243 / √2 = 38.1, no note).
+    The label-free arm ran two seeds on the AVX2 machine."""
     study = tmp_path / "study"
     bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
     fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
@@ -564,14 +576,23 @@ def test_the_criteria_read_grpo_on_each_seeds_own_machine_kind_where_it_ran_ther
             ("grpo_fp32", 2, 0.22, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
             ("tango", 0, 0.32, "recipe: tango\n", bf16), ("tango", 1, 0.24, "recipe: tango\n", fp32),
             ("tango", 2, 0.25, "recipe: tango\n", fp32),
-            ("partial", 0, 0.31, "recipe: tango\n", fp32), ("partial", 1, 0.25, "recipe: tango\n", bf16)]
+            ("partial", 0, 0.31, "recipe: tango\n", fp32), ("partial", 1, 0.25, "recipe: tango\n", bf16),
+            ("labelfree", 0, 0.30, "recipe: consistency\n", fp32), ("labelfree", 1, 0.27, "recipe: consistency\n", fp32),
+            ("apart", 0, 0.33, "recipe: tango\n", bf16)]
     for arm, s, test, config, env in runs:
         _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.2, test], config=config)
         (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
-    crit = {(arm, c.name): (c.holds, c.figures) for arm, c in study_criteria(load_study(study))}
+    crit = {(arm, c.name): (c.holds, c.figures) for arm, c in study_criteria(load_study(study), start=0.2)}
     home = " (against GRPO on each seed's own machine kind)"
     assert crit["tango", "minimum"] == (True, "+3.0 [+0.5, +5.5] (n=3)" + home)
     assert crit["tango", "good"] == (False, "+3.0 [+0.5, +5.5] (n=3)" + home)
     assert crit["tango", "great"] == (False, "+0.0 [+0.0, +0.0] (n=3)" + home)  # ood 0.1 everywhere
     assert crit["partial", "minimum"][1] == "-2.0 [-40.1, +36.1] (n=2)"
+    # label-free against each arm over the seeds both ran on one machine kind: tango's seed 1 (0.27 - 0.24),
+    # partial's seed 0 (0.30 - 0.31); apart ran its one seed in bf16. The gain over the start 0.2: +10, +7,
+    # mean 8.5, sd 2.121, t(1) 12.706 x 2.121 / sqrt(2) = 19.06
+    gain = "gain +8.5 [-10.6, +27.6] (n=2)"
+    assert crit["tango", "excellent"] == (None, f"{gain}, vs tango +3.0 (n=1)")
+    assert crit["partial", "excellent"] == (None, f"{gain}, vs tango -1.0 (n=1)")
+    assert crit["apart", "excellent"] == (None, f"{gain}, no seed of both on one machine kind")
     assert not any(arm.startswith("grpo") for arm, _ in crit)  # the controls have no criteria

@@ -68,6 +68,7 @@ class StudyRoles:
     auto: str = "tango_auto"        # `cotraining.alpha: auto`, read by the plan's criteria against `schedule`
     schedule: str = "tango"         # RL Tango's schedule: the co-training arm a gains spec reads by default
     start: str = "sft"              # starts/<start>/eval.json: the start the arms share
+    published: str = "model"        # ... or starts/<published>/eval.json: the published model, where no SFT start is
     best_of_n: str = "vstar"        # the recipe whose eval.json section holds best-of-N accuracies
 
 

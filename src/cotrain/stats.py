@@ -185,8 +185,9 @@ def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paire
         known = _holds(ood.lo)
         out.append(Criterion("great", known and ood.lo > 0, "paired ood lower bound > 0", ood.text()))
     if labelfree_gain is None or labelfree_vs_tango is None:
+        why = "not run" if labelfree_gain is None else f"gain {labelfree_gain.text()}, no seed of both on one machine kind"
         out.append(Criterion("excellent", None, "label-free gain excludes 0 and paired (label-free - tango) "
-                             "lower bound >= -3", "not run"))
+                             "lower bound >= -3", why))
     else:
         known = _holds(labelfree_gain.lo, labelfree_vs_tango.lo)
         excludes = labelfree_gain.lo > 0 or labelfree_gain.hi < 0

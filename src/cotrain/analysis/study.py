@@ -3,7 +3,8 @@
 Layout read: `<study>/<arm>/seed<S>/{eval.json, metrics.jsonl.gz, env.json}`; the arm named `grpo` is the
 baseline every other arm is paired with, seed by seed (cotrain.stats); an arm named `labelfree` is the
 label-free arm of the plan's "excellent" criterion, whose gain is read against the start's greedy pass@1
-(`<study>/starts/sft/eval.json`, the same problems as the arms' final evaluation); an arm named
+(`<study>/starts/sft/eval.json`, else `starts/model/eval.json`, the published model's, the same problems as
+the arms' final evaluation); an arm named
 `grpo_long` is GRPO run on past the others' steps, read at each arm's FLOPs (equal compute). A verifier
 warmed up once and committed as `<study>/starts/warm/verifier` is a cost the runs that start from it do not
 log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`) to their warm-up. An arm
@@ -337,11 +338,16 @@ def _vs_grpo(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tuple[Pai
     return paired_difference({s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, POINTS), f" ({HOME})"
 
 
+def _alike(a: Run, b: Run) -> bool:
+    """Whether two runs ran on one machine kind and precision (or either's is unknown): a pair the criteria read."""
+    return "?" in a.cpu or "?" in b.cpu or a.cpu == b.cpu
+
+
 def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) -> list[tuple[str, Criterion]]:
     """The plan's criteria (`stats.plan_criteria`) of each co-training arm (not the grpo and sft controls)
     against grpo (`_vs_grpo`: GRPO on each seed's own machine kind where it ran there), and `cotraining.alpha:
     auto`'s two rules for its arm, as (arm, criterion) in the study's order of arms. The label-free gain needs
-    the start's `test` pass@1 (`start`)."""
+    the start's `test` pass@1 (`start`); label-free against the arm pairs the seeds both ran on one machine kind."""
     out = []
     for arm, runs in arms.items():
         (d_test, note), (d_ood, ood_note) = _vs_grpo(arms, arm, "test"), _vs_grpo(arms, arm, "ood")
@@ -353,8 +359,9 @@ def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) 
         if LABELFREE in arms and start is not None:
             lf = _finals(arms[LABELFREE], "test")
             gain = paired_difference({s: start for s in lf}, lf, POINTS)
-            if set(lf) & set(test):
-                vs = paired_difference(test, lf, POINTS)
+            alike = {s for s in set(lf) & set(test) if _alike(arms[LABELFREE][s], runs[s])}
+            if alike:
+                vs = paired_difference({s: test[s] for s in alike}, {s: lf[s] for s in alike}, POINTS)
         extra = auto_criteria(d_test, _mean_alpha(runs), _mean_alpha(arms.get(SCHEDULE, {}))) if arm == AUTO else []
         notes = {"minimum": note, "good": note, "great": ood_note}
         out += [(arm, replace(c, figures=c.figures + notes.get(c.name, ""))) for c in plan_criteria(d_test, d_ood, gain, vs) + extra]
@@ -694,13 +701,15 @@ def plot_study(arms: dict[str, dict[int, Run]], path: str | Path, title: str = "
     plt.close(fig)
 
 
-def build_start(study_dir: str | Path, start: str = STUDY.start) -> float | None:
-    """The `test` pass@1 of the generator of the study's start `starts/<start>/eval.json` (by default the
-    SFT start the arms share), or None."""
-    start_eval = Path(study_dir) / "starts" / start / "eval.json"
-    if not start_eval.is_file():
-        return None
-    return json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
+def build_start(study_dir: str | Path, start: str | None = None) -> float | None:
+    """The `test` pass@1 of the generator of the study's start `starts/<start>/eval.json`, or None. By
+    default the SFT start the arms share (`starts/sft`), else the published model they start from
+    (`starts/model`, where the arms train a published model with no SFT of ours)."""
+    for name in [start] if start else [STUDY.start, STUDY.published]:
+        start_eval = Path(study_dir) / "starts" / name / "eval.json"
+        if start_eval.is_file():
+            return json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
+    return None
 
 
 def build_study(study_dir: str | Path) -> str:
@@ -1105,9 +1114,8 @@ def gains_table(spec_path: str | Path) -> tuple[str, list[dict]]:
         base, co = finals.get(BASELINE, {}), finals.get(arm, {})
         gain = paired_difference(base, co, POINTS) if set(base) & set(co) else None
         lf = None
-        start_eval = spec_path.parent / str(setting.get("runs", "")) / "starts" / STUDY.start / "eval.json"
-        if finals.get(LABELFREE) and start_eval.is_file():
-            start = json.loads(start_eval.read_text(encoding="utf-8")).get("generator", {}).get("test", {}).get("pass@1")
+        if finals.get(LABELFREE):
+            start = build_start(spec_path.parent / str(setting.get("runs", "")))
             if start is not None:
                 lf = paired_difference({s: start for s in finals[LABELFREE]}, finals[LABELFREE], POINTS)
         seeds = sorted(gain.seeds) if gain else []

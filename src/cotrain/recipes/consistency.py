@@ -44,19 +44,12 @@ from cotrain.eval.verifier_metrics import verdict_metrics
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.rl.majority import consistency_rewards, pseudo_labels
-from cotrain.rl.tango import alpha_at, mix_advantages, only_mixed_groups
+from cotrain.rl.tango import alpha_at, mix_advantages
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import (
-    Sampler,
-    complete_solutions,
-    computing_lines,
-    reward_metrics,
-    rollout_metrics,
-    rollout_tokens,
-)
+from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics, rollout_tokens
 from cotrain.train.safeguard import Safeguard, verifier_judge
 from cotrain.train.setup import (
     build_task,
@@ -73,7 +66,7 @@ from cotrain.train.verifier import (
     cotrain_monitors,
     final_verifier_results,
     mean_metrics,
-    verdict_process_advantages,
+    process_term,
     verify_samples,
     warm_up,
 )
@@ -145,14 +138,10 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- pseudo-labels, rewards and advantages
         labels = pseudo(texts, problems, g.group_size)                                     # [B*G]
-        approved = [x.final for x in parsed]
-        rewards = consistency_rewards(labels, approved, cfg.consistency.w_verdict)          # [B*G]
+        rewards = consistency_rewards(labels, [x.final for x in parsed], cfg.consistency.w_verdict)  # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
         complete = complete_solutions(task, problems, texts)  # blinded: no reference steps, so "states an answer"
-        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size, tg.credit, complete,
-                                                            computing_lines(task, texts) if tg.credit == "final_compute" else None)
-        if tg.process_groups == "mixed":  # groups whose rewards are all equal: untrained, as under GRPO
-            process_adv = only_mixed_groups(process_adv, rewards, g.group_size)
+        s_rewards, process_adv = process_term(tg, tokenizer, task, ro, texts, parsed, rewards, complete, g.group_size)
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
         advantages = mix_advantages(outcome_adv, process_adv, alpha)                      # [B*G, T]
         timer.lap("reward")

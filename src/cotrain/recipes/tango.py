@@ -78,11 +78,11 @@ from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifier_during, injected_heldout
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
-from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, only_mixed_groups, verdict_counts, verifier_trust
+from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, verdict_counts, verifier_trust
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import Sampler, complete_solutions, computing_lines, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics, rollout_tokens
 from cotrain.train.setup import (
     build_task,
     derive_seed,
@@ -99,9 +99,9 @@ from cotrain.train.verifier import (
     mean_metrics,
     mixed_groups,
     oracle_results,
+    process_term,
     require_process_labels,
     verdict_monitors,
-    verdict_process_advantages,
     verdicts_on_samples,
     warm_up,
 )
@@ -180,10 +180,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         approved = [x.final for x in parsed]
         rewards = generator_rewards(correct, approved, tg.adversarial, tg.w_approve)        # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
-        s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, g.group_size, tg.credit, complete,
-                                                            computing_lines(task, texts) if tg.credit == "final_compute" else None)
-        if tg.process_groups == "mixed":  # all-right and all-wrong groups: untrained, as under GRPO
-            process_adv = only_mixed_groups(process_adv, rewards, g.group_size)
+        s_rewards, process_adv = process_term(tg, tokenizer, task, ro, texts, parsed, rewards, complete, g.group_size)
         alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
         if tg.alpha_schedule == "auto":  # any rejected step rejects the solution
             window = [*window, verdict_counts([x.final is True and all(x.steps) for x in parsed], correct)][-5:]

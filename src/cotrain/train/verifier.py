@@ -31,6 +31,7 @@ from cotrain.rl.tango import (
     flip_verdicts,
     mixed_mask,
     most_uncertain,
+    only_mixed_groups,
     process_advantages,
     step_rewards,
     unscaled,
@@ -38,6 +39,7 @@ from cotrain.rl.tango import (
 )
 from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
 from cotrain.runs.rundir import Progress, write_jsonl_gz_atomic
+from cotrain.train.rollout import computing_lines
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
 from cotrain.train.rollout import early_stop_metrics, reward_metrics, rollout_metrics, rollout_tokens, step_shape_metrics
@@ -107,6 +109,18 @@ def mixed_groups(correct: list[bool], group_size: int) -> list[bool]:
     """Per sample: whether its group holds both a right and a wrong sample (the groups `only_mixed_groups`
     keeps, through the same `mixed_mask`)."""
     return mixed_mask(torch.tensor(correct, dtype=torch.float32), group_size).tolist()
+
+
+def process_term(tg, tokenizer, task, ro: Rollout, texts: list[str], parsed: list[Verification], rewards: torch.Tensor,
+                 complete: list[bool], group_size: int) -> tuple[list[list[float] | None], torch.Tensor]:
+    """The generator's process advantages [N, T] under `cotraining.credit` (`verdict_process_advantages`, the
+    lines that compute read from the task under final_compute), set to 0 in every group whose outcome rewards
+    [N] are all equal under `process_groups: mixed` (`only_mixed_groups`); and each sample's step rewards."""
+    computes = computing_lines(task, texts) if tg.credit == "final_compute" else None
+    s_rewards, process_adv = verdict_process_advantages(tokenizer, ro, texts, parsed, group_size, tg.credit, complete, computes)
+    if tg.process_groups == "mixed":  # all-right and all-wrong groups: untrained, as under GRPO
+        process_adv = only_mixed_groups(process_adv, rewards, group_size)
+    return s_rewards, process_adv
 
 
 def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
