@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cotrain import dist
-from cotrain.config import RunConfig, VerifierConfig
+from cotrain.config import CoTrainingConfig, RunConfig, VerifierConfig
 from cotrain.errors import UserError
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, step_verdicts, verifier_score
@@ -39,10 +39,16 @@ from cotrain.rl.tango import (
 )
 from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
 from cotrain.runs.rundir import Progress, write_jsonl_gz_atomic
-from cotrain.train.rollout import computing_lines
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
-from cotrain.train.rollout import early_stop_metrics, reward_metrics, rollout_metrics, rollout_tokens, step_shape_metrics
+from cotrain.train.rollout import (
+    computing_lines,
+    early_stop_metrics,
+    reward_metrics,
+    rollout_metrics,
+    rollout_tokens,
+    step_shape_metrics,
+)
 from cotrain.train.setup import derive_seed, initial_verifier, make_optimizer, sample_batch
 from cotrain.train.update import policy_update, supervised_step
 
@@ -111,8 +117,8 @@ def mixed_groups(correct: list[bool], group_size: int) -> list[bool]:
     return mixed_mask(torch.tensor(correct, dtype=torch.float32), group_size).tolist()
 
 
-def process_term(tg, tokenizer, task, ro: Rollout, texts: list[str], parsed: list[Verification], rewards: torch.Tensor,
-                 complete: list[bool], group_size: int) -> tuple[list[list[float] | None], torch.Tensor]:
+def process_term(tg: CoTrainingConfig, tokenizer, task, ro: Rollout, texts: list[str], parsed: list[Verification],
+                 rewards: torch.Tensor, complete: list[bool], group_size: int) -> tuple[list[list[float] | None], torch.Tensor]:
     """The generator's process advantages [N, T] under `cotraining.credit` (`verdict_process_advantages`, the
     lines that compute read from the task under final_compute), set to 0 in every group whose outcome rewards
     [N] are all equal under `process_groups: mixed` (`only_mixed_groups`); and each sample's step rewards."""
