@@ -504,6 +504,34 @@ def test_each_verifier_arm_is_read_against_the_oracle_of_its_own_construction(tm
     assert rows == ["| learned | oracle | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |"]
 
 
+def test_the_share_of_the_ceiling_pairs_the_three_runs_of_a_seed_on_one_machine_kind(tmp_path):
+    """grpo and the oracle ran seeds 0-2 in bf16 (grpo 0.10, 0.20, 0.30; the oracle +4, +2, +3 points); GRPO ran
+    again in fp32 on the AVX2 machine (`grpo_fp32`, 0.05, 0.15, 0.25). `learned` ran seeds 0-1 in bf16 (+2, +1
+    over grpo) and seed 2 in fp32 (0.30, +5 over grpo_fp32), where the oracle has no run: its share reads seeds
+    0-1 alone, arm +1.5 (sd 0.707, t(1) 12.706 × 0.707 / √2 = 6.35), ceiling +3.0 (sd 1.414, 12.71), a ceiling
+    not told from zero. `elsewhere` ran every seed in fp32: no seed of the three on one machine kind."""
+    study = tmp_path / "study"
+    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
+    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
+    process = "recipe: tango\nverifier: {{source: {src}}}\ncotraining: {{credit: to_go, alpha: 0.3, alpha_schedule: constant}}\n"
+    runs = []
+    for s, t in enumerate([0.10, 0.20, 0.30]):
+        runs += [("grpo", s, t, "recipe: grpo\n", bf16), ("grpo_fp32", s, t - 0.05, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
+                 ("oracle", s, t + [0.04, 0.02, 0.03][s], process.format(src="oracle"), bf16),
+                 ("elsewhere", s, t, process.format(src="model"), fp32)]
+    runs += [("learned", 0, 0.12, process.format(src="model"), bf16), ("learned", 1, 0.21, process.format(src="model"), bf16),
+             ("learned", 2, 0.30, process.format(src="model"), fp32)]
+    for arm, s, test, config, env in runs:
+        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.1, test], config=config)
+        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+    text = build_study(study)
+    shares = text[text.index("The share of its ceiling"):].splitlines()
+    rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
+    assert rows == ["| elsewhere | oracle | no seed of the three on one machine kind | | |",
+                    "| learned | oracle | +1.5 [-4.9, +7.9] (n=2) | +3.0 [-9.7, +15.7] (n=2) | "
+                    "0.50 [unbounded: the ceiling's lead is not told from 0] (n=2) |"]
+
+
 def test_a_pair_across_machine_kinds_is_named_below_the_table(tmp_path):
     """Seed 1 of one arm ran in fp32 on an AVX2 machine, grpo's seed 1 under bf16 autocast on an AVX-512 one: the
     study names that pair alone; an arm whose seeds all ran where grpo's did gets no line."""

@@ -569,17 +569,24 @@ def ceiling_pairs(arms: dict[str, dict[int, Run]]) -> list[tuple[str, str]]:
 
 def ceiling_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     """The share of its ceiling each verifier arm captures (`ceiling_pairs`), (arm − grpo) / (oracle −
-    grpo) of the final `split` pass@1 over the seeds all three ran (stats.ceiling_share); "" without a
-    grpo arm or a pair."""
+    grpo) of the final `split` pass@1 (stats.ceiling_share) over the seeds whose three runs ran on one machine
+    kind and precision: the arm's and the oracle's run alike (`_alike`), GRPO's on that kind (grpo's own or a
+    twin's, `home_baseline`). A pair with no such seed gets a row saying so; "" without a grpo arm or a pair."""
     base = arms.get(BASELINE) or {}
     rows = []
     for arm, oracle in ceiling_pairs(arms):
-        b, a, o = (_finals(runs, split) for runs in (base, arms[arm], arms[oracle]))
-        seeds = set(b) & set(a) & set(o)
-        if seeds:
-            b, a, o = ({s: x[s] for s in seeds} for x in (b, a, o))
-            rows.append(f"| {arm} | {oracle} | {paired_difference(b, a, POINTS).text()} | "
-                        f"{paired_difference(b, o, POINTS).text()} | {ceiling_share(b, a, o).text()} |")
+        a, o = _finals(arms[arm], split), _finals(arms[oracle], split)
+        home, _ = home_baseline(arms, arm, split)
+        plain = {s: v for s, v in _finals(base, split).items() if s in arms[arm] and _alike(base[s], arms[arm][s])}
+        b = {**plain, **home}
+        seeds = {s for s in set(b) & set(a) & set(o) if _alike(arms[arm][s], arms[oracle][s])}
+        if not seeds:
+            if set(a) & set(o):
+                rows.append(f"| {arm} | {oracle} | no seed of the three on one machine kind | | |")
+            continue
+        b, a, o = ({s: x[s] for s in seeds} for x in (b, a, o))
+        rows.append(f"| {arm} | {oracle} | {paired_difference(b, a, POINTS).text()} | "
+                    f"{paired_difference(b, o, POINTS).text()} | {ceiling_share(b, a, o).text()} |")
     if not rows:
         return ""
     lines = [f"| arm | its ceiling | arm − grpo, {split} (points) | ceiling − grpo | share of the ceiling |",
@@ -732,7 +739,7 @@ def build_study(study_dir: str | Path) -> str:
     shares = ceiling_table(arms)
     if shares:
         text += ("\n\nThe share of its ceiling each verifier captures: its lead over grpo against the lead of the "
-                 "oracle under the same construction and α, seeds paired (Fieller's 95% interval):\n\n" + shares)
+                 "oracle under the same construction and α, seeds paired on one machine kind (Fieller's 95% interval):\n\n" + shares)
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     plot_differences(arms, study_dir / "differences.png", title=study_dir.name)
