@@ -574,6 +574,10 @@ def test_a_seed_across_machine_kinds_is_paired_with_grpo_run_on_its_own(tmp_path
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table}
     assert rows["arm"][4] == "+2.5 [-29.3, +34.3] (n=2) ‡" and rows["arm"][7] == "+2.5 [-29.3, +34.3] (n=2) ‡"
     assert rows["curriculum"][4] == "-10.0 (n=1) ‡"  # 0.10 against grpo_fp32's 0.20
+    # steps to GRPO's final in-training accuracy on each seed's own machine kind: the arm's mean curve (0.1, 0.2,
+    # 0.275) reaches grpo seed 0's and grpo_fp32 seed 1's (0.30 and 0.20: 0.25) at step 20, never grpo's 0.30;
+    # the curriculum's (0.1, 0.2, 0.1) reaches grpo_fp32's 0.20 at step 10
+    assert (rows["arm"][6], rows["curriculum"][6], rows["grpo_fp32"][6]) == ("20 ‡", "10 ‡", "not reached")
     assert rows["grpo_fp32"][4] == "-10.0 (n=1)"  # the twin is read against grpo alone, never against itself
     assert ("  - arm in the table against GRPO on each seed's own machine kind (seed 0 grpo; seed 1 grpo_fp32); "
             "against grpo alone, test (points): -2.5 [-34.3, +29.3] (n=2)") in text

@@ -420,10 +420,19 @@ def _paired_cell(d: Paired | None, note: str) -> str:
     return "–" if d is None else d.text() + (f" {MARK}" if note else "")
 
 
+def _home_target(arms: dict[str, dict[int, Run]], arm: str) -> float | None:
+    """GRPO's final in-training accuracy (mean curve) over the runs `home_baseline` reads `arm`'s seeds
+    against: its runs on each seed's own machine kind; None where one of them has no curve."""
+    _, names = home_baseline(arms, arm)
+    runs = {s: arms[name][s] for s, name in names.items()}
+    return mean_curve(runs)[1][-1] if runs and all(r.steps for r in runs.values()) else None
+
+
 def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> str:
     """The study's markdown table: per arm its seeds, final greedy pass@1 (`test`, `ood`; mean ± 95% CI
     half-width), the paired difference with the baseline in points, the steps its mean curve takes to
-    reach the baseline's final in-training accuracy, its FLOPs, its mean process-reward weight α (and
+    reach the baseline's final in-training accuracy (GRPO's on each seed's own machine kind where the paired
+    difference reads it, `_vs_grpo`), its FLOPs, its mean process-reward weight α (and
     reliability r with `cotraining.alpha: auto`), its gain over the start's `test` pass@1 (`start`, where
     known; a run from another committed start, a judge's warm-up, against that one's); then the plan's
     criteria per arm."""
@@ -443,8 +452,9 @@ def study_table(arms: dict[str, dict[int, Run]], start: float | None = None) -> 
         reach = "–"
         if target is not None and all(r.steps for r in runs.values()):
             steps, acc, _, _ = mean_curve(runs)
-            hit = steps_to_reach(steps, acc, target)
-            reach = "not reached" if hit is None else str(hit)
+            goal = _home_target(arms, arm) if t_note else target
+            hit = None if goal is None else steps_to_reach(steps, acc, goal)
+            reach = "–" if goal is None else ("not reached" if hit is None else str(hit)) + (f" {MARK}" if t_note else "")
         flops = sum(r.flops[-1] if r.flops else 0.0 for r in runs.values()) / len(runs)
         warm = sum(r.warmup_flops for r in runs.values()) / len(runs)
         cpus = ", ".join(sorted({r.cpu for r in runs.values()}))
