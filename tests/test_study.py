@@ -532,6 +532,34 @@ def test_the_share_of_the_ceiling_pairs_the_three_runs_of_a_seed_on_one_machine_
                     "0.50 [unbounded: the ceiling's lead is not told from 0] (n=2) |"]
 
 
+def test_each_seed_is_read_against_the_ceiling_run_on_its_own_machine_kind(tmp_path):
+    """grpo and `oracle` ran seeds 0-2 in bf16, `grpo_fp32` and `oracle_fp32` (the same oracle in fp32) on the
+    AVX2 machine. `learned` ran in fp32 at +2, +1, +3 points over grpo_fp32, oracle_fp32 at +4, +2, +3: share
+    2/3 [-0.32, 2.38] (stats: test_ceiling_share_by_hand), read against oracle_fp32 alone, though the bf16
+    oracle has runs of the same seeds; `learned_bf16`, at the same leads over grpo in bf16, against the bf16
+    oracle (+4, +2, +3 there) alone. Both oracles have one process term: one arm of it per machine kind."""
+    study = tmp_path / "study"
+    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
+    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
+    process = "recipe: tango\nverifier: {{source: {src}}}\ncotraining: {{credit: to_go, alpha: 0.3, alpha_schedule: constant}}\n"
+    runs = []
+    for s, t in enumerate([0.10, 0.20, 0.30]):
+        lead, ceiling = [0.02, 0.01, 0.03][s], [0.04, 0.02, 0.03][s]
+        runs += [("grpo", s, t, "recipe: grpo\n", bf16), ("grpo_fp32", s, t - 0.05, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
+                 ("oracle", s, t + ceiling, process.format(src="oracle"), bf16),
+                 ("oracle_fp32", s, t - 0.05 + ceiling, process.format(src="oracle"), fp32),
+                 ("learned", s, t - 0.05 + lead, process.format(src="model"), fp32),
+                 ("learned_bf16", s, t + lead, process.format(src="model"), bf16)]
+    for arm, s, test, config, env in runs:
+        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.1, test], config=config)
+        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+    text = build_study(study)
+    shares = text[text.index("The share of its ceiling"):].splitlines()
+    rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
+    assert rows == ["| learned | oracle_fp32 | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |",
+                    "| learned_bf16 | oracle | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |"]
+
+
 def test_a_pair_across_machine_kinds_is_named_below_the_table(tmp_path):
     """Seed 1 of one arm ran in fp32 on an AVX2 machine, grpo's seed 1 under bf16 autocast on an AVX-512 one: the
     study names that pair alone; an arm whose seeds all ran where grpo's did gets no line."""

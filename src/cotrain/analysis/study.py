@@ -564,37 +564,48 @@ def cross_machine_pairs(arms: dict[str, dict[int, Run]]) -> list[str]:
     return lines
 
 
-def ceiling_pairs(arms: dict[str, dict[int, Run]]) -> list[tuple[str, str]]:
-    """(arm, its ceiling arm) for every tango arm whose verdicts come from a verifier model or the noisy
-    oracle and an arm of the oracle (`verifier.source: oracle`) with the same process term (construction,
-    α, α schedule, groups): the ceiling that arm's verifier is measured against."""
+def ceiling_pairs(arms: dict[str, dict[int, Run]]) -> list[tuple[str, list[str]]]:
+    """(arm, its ceiling arms) for every tango arm whose verdicts come from a verifier model or the noisy
+    oracle and the arms of the oracle (`verifier.source: oracle`) with the same process term (construction,
+    α, α schedule, groups; one arm per machine kind it ran on, e.g. an fp32 twin): the ceiling that arm's
+    verifier is measured against."""
     def kind(runs: dict[int, Run]) -> tuple[str, tuple] | None:
         found = {(r.verifier_source, r.process) for r in runs.values()}  # one kind, with a process term
         return found.pop() if len(found) == 1 and all(process for _, process in found) else None
 
     kinds = {arm: kind(runs) for arm, runs in arms.items()}
-    oracles = {k[1]: arm for arm, k in kinds.items() if k and k[0] == "oracle"}
+    oracles: dict[tuple, list[str]] = {}
+    for arm, k in kinds.items():
+        if k and k[0] == "oracle":
+            oracles.setdefault(k[1], []).append(arm)
     return [(arm, oracles[k[1]]) for arm, k in kinds.items() if k and k[0] != "oracle" and k[1] in oracles]
 
 
 def ceiling_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     """The share of its ceiling each verifier arm captures (`ceiling_pairs`), (arm − grpo) / (oracle −
     grpo) of the final `split` pass@1 (stats.ceiling_share) over the seeds whose three runs ran on one machine
-    kind and precision: the arm's and the oracle's run alike (`_alike`), GRPO's on that kind (grpo's own or a
-    twin's, `home_baseline`). A pair with no such seed gets a row saying so; "" without a grpo arm or a pair."""
+    kind and precision: the arm's and the oracle's run alike (`_alike`; of its ceiling arms, the first whose run
+    of the seed is), GRPO's on that kind (grpo's own or a twin's, `home_baseline`). A pair with no such seed
+    gets a row saying so; "" without a grpo arm or a pair."""
     base = arms.get(BASELINE) or {}
     rows = []
-    for arm, oracle in ceiling_pairs(arms):
-        a, o = _finals(arms[arm], split), _finals(arms[oracle], split)
+    for arm, ceilings in ceiling_pairs(arms):
+        a, o, source, shared = _finals(arms[arm], split), {}, {}, False
+        for oracle in ceilings:
+            for s, v in _finals(arms[oracle], split).items():
+                shared = shared or s in a
+                if s in a and s not in o and _alike(arms[arm][s], arms[oracle][s]):
+                    o[s], source[s] = v, oracle
         home, _ = home_baseline(arms, arm, split)
         plain = {s: v for s, v in _finals(base, split).items() if s in arms[arm] and _alike(base[s], arms[arm][s])}
         b = {**plain, **home}
-        seeds = {s for s in set(b) & set(a) & set(o) if _alike(arms[arm][s], arms[oracle][s])}
+        seeds = set(b) & set(a) & set(o)
         if not seeds:
-            if set(a) & set(o):
-                rows.append(f"| {arm} | {oracle} | no seed of the three on one machine kind | | |")
+            if shared:
+                rows.append(f"| {arm} | {' / '.join(ceilings)} | no seed of the three on one machine kind | | |")
             continue
         b, a, o = ({s: x[s] for s in seeds} for x in (b, a, o))
+        oracle = " / ".join(c for c in ceilings if c in {source[s] for s in seeds})
         rows.append(f"| {arm} | {oracle} | {paired_difference(b, a, POINTS).text()} | "
                     f"{paired_difference(b, o, POINTS).text()} | {ceiling_share(b, a, o).text()} |")
     if not rows:
