@@ -504,6 +504,17 @@ def test_each_verifier_arm_is_read_against_the_oracle_of_its_own_construction(tm
     assert rows == ["| learned | oracle | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |"]
 
 
+BF16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
+FP32 = {**BF16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
+
+
+def _write_runs(study, runs, middle):
+    """Each (arm, seed, final test pass@1, config, env.json) as a fake run whose curve reads 0.1, `middle`, final."""
+    for arm, s, test, config, env in runs:
+        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, middle, test], config=config)
+        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+
+
 def test_the_share_of_the_ceiling_pairs_the_three_runs_of_a_seed_on_one_machine_kind(tmp_path):
     """grpo and the oracle ran seeds 0-2 in bf16 (grpo 0.10, 0.20, 0.30; the oracle +4, +2, +3 points); GRPO ran
     again in fp32 on the AVX2 machine (`grpo_fp32`, 0.05, 0.15, 0.25). `learned` ran seeds 0-1 in bf16 (+2, +1
@@ -511,19 +522,15 @@ def test_the_share_of_the_ceiling_pairs_the_three_runs_of_a_seed_on_one_machine_
     0-1 alone, arm +1.5 (sd 0.707, t(1) 12.706 × 0.707 / √2 = 6.35), ceiling +3.0 (sd 1.414, 12.71), a ceiling
     not told from zero. `elsewhere` ran every seed in fp32: no seed of the three on one machine kind."""
     study = tmp_path / "study"
-    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
-    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
     process = "recipe: tango\nverifier: {{source: {src}}}\ncotraining: {{credit: to_go, alpha: 0.3, alpha_schedule: constant}}\n"
     runs = []
     for s, t in enumerate([0.10, 0.20, 0.30]):
-        runs += [("grpo", s, t, "recipe: grpo\n", bf16), ("grpo_fp32", s, t - 0.05, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
-                 ("oracle", s, t + [0.04, 0.02, 0.03][s], process.format(src="oracle"), bf16),
-                 ("elsewhere", s, t, process.format(src="model"), fp32)]
-    runs += [("learned", 0, 0.12, process.format(src="model"), bf16), ("learned", 1, 0.21, process.format(src="model"), bf16),
-             ("learned", 2, 0.30, process.format(src="model"), fp32)]
-    for arm, s, test, config, env in runs:
-        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.1, test], config=config)
-        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+        runs += [("grpo", s, t, "recipe: grpo\n", BF16), ("grpo_fp32", s, t - 0.05, "recipe: grpo\ntrain: {bf16: false}\n", FP32),
+                 ("oracle", s, t + [0.04, 0.02, 0.03][s], process.format(src="oracle"), BF16),
+                 ("elsewhere", s, t, process.format(src="model"), FP32)]
+    runs += [("learned", 0, 0.12, process.format(src="model"), BF16), ("learned", 1, 0.21, process.format(src="model"), BF16),
+             ("learned", 2, 0.30, process.format(src="model"), FP32)]
+    _write_runs(study, runs, 0.1)
     text = build_study(study)
     shares = text[text.index("The share of its ceiling"):].splitlines()
     rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
@@ -539,20 +546,16 @@ def test_each_seed_is_read_against_the_ceiling_run_on_its_own_machine_kind(tmp_p
     oracle has runs of the same seeds; `learned_bf16`, at the same leads over grpo in bf16, against the bf16
     oracle (+4, +2, +3 there) alone. Both oracles have one process term: one arm of it per machine kind."""
     study = tmp_path / "study"
-    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
-    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
     process = "recipe: tango\nverifier: {{source: {src}}}\ncotraining: {{credit: to_go, alpha: 0.3, alpha_schedule: constant}}\n"
     runs = []
     for s, t in enumerate([0.10, 0.20, 0.30]):
         lead, ceiling = [0.02, 0.01, 0.03][s], [0.04, 0.02, 0.03][s]
-        runs += [("grpo", s, t, "recipe: grpo\n", bf16), ("grpo_fp32", s, t - 0.05, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
-                 ("oracle", s, t + ceiling, process.format(src="oracle"), bf16),
-                 ("oracle_fp32", s, t - 0.05 + ceiling, process.format(src="oracle"), fp32),
-                 ("learned", s, t - 0.05 + lead, process.format(src="model"), fp32),
-                 ("learned_bf16", s, t + lead, process.format(src="model"), bf16)]
-    for arm, s, test, config, env in runs:
-        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.1, test], config=config)
-        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+        runs += [("grpo", s, t, "recipe: grpo\n", BF16), ("grpo_fp32", s, t - 0.05, "recipe: grpo\ntrain: {bf16: false}\n", FP32),
+                 ("oracle", s, t + ceiling, process.format(src="oracle"), BF16),
+                 ("oracle_fp32", s, t - 0.05 + ceiling, process.format(src="oracle"), FP32),
+                 ("learned", s, t - 0.05 + lead, process.format(src="model"), FP32),
+                 ("learned_bf16", s, t + lead, process.format(src="model"), BF16)]
+    _write_runs(study, runs, 0.1)
     text = build_study(study)
     shares = text[text.index("The share of its ceiling"):].splitlines()
     rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
@@ -587,16 +590,12 @@ def test_a_seed_across_machine_kinds_is_paired_with_grpo_run_on_its_own(tmp_path
     grpo): mean +2.5, sd 3.536, t(1) 12.706 × 3.536 / √2 = 31.8. The table reads that pairing (marked ‡, as
     the criteria do) and the line below it the one it leaves out, against grpo alone: 0 and −5, −2.5 ± 31.8."""
     study = tmp_path / "study"
-    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
-    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
-    runs = [("grpo", 0, 0.30, "recipe: grpo\n", bf16), ("grpo", 1, 0.30, "recipe: grpo\n", bf16),
-            ("arm", 0, 0.30, "recipe: grpo\ngrpo: {group_size: 4}\n", bf16),
-            ("arm", 1, 0.25, "recipe: grpo\ngrpo: {group_size: 4}\n", fp32),
-            ("grpo_fp32", 1, 0.20, "recipe: grpo\ntrain: {bf16: false}\nout_dir: elsewhere\n", fp32),
-            ("curriculum", 1, 0.10, "recipe: grpo\ncurriculum: {levels: [{n_steps: [1, 1]}, {}]}\n", fp32)]
-    for arm, s, test, config, env in runs:
-        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.2, test], config=config)
-        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+    runs = [("grpo", 0, 0.30, "recipe: grpo\n", BF16), ("grpo", 1, 0.30, "recipe: grpo\n", BF16),
+            ("arm", 0, 0.30, "recipe: grpo\ngrpo: {group_size: 4}\n", BF16),
+            ("arm", 1, 0.25, "recipe: grpo\ngrpo: {group_size: 4}\n", FP32),
+            ("grpo_fp32", 1, 0.20, "recipe: grpo\ntrain: {bf16: false}\nout_dir: elsewhere\n", FP32),
+            ("curriculum", 1, 0.10, "recipe: grpo\ncurriculum: {levels: [{n_steps: [1, 1]}, {}]}\n", FP32)]
+    _write_runs(study, runs, 0.2)
     text = build_study(study)
     table = text[:text.index("\n\n")].splitlines()  # the first table: arm, seeds, test, ood, paired test, ...
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table}
@@ -629,19 +628,15 @@ def test_the_criteria_read_grpo_on_each_seeds_own_machine_kind_where_it_ran_ther
     criteria keep the plain pairing (+1 and −5: mean −2, sd 4.243, t(1) 12.706 × 4.243 / √2 = 38.1, no note).
     The label-free arm ran two seeds on the AVX2 machine."""
     study = tmp_path / "study"
-    bf16 = {"cpu": "AMD EPYC", "cpu_family_model": "25/17", "cpu_capability": "AVX512", "precision": {"bf16_autocast": True}}
-    fp32 = {**bf16, "cpu_family_model": "25/1", "cpu_capability": "AVX2", "precision": {"bf16_autocast": False}}
-    runs = [*[("grpo", s, 0.30, "recipe: grpo\n", bf16) for s in (0, 1, 2)],
-            ("grpo_fp32", 1, 0.20, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
-            ("grpo_fp32", 2, 0.22, "recipe: grpo\ntrain: {bf16: false}\n", fp32),
-            ("tango", 0, 0.32, "recipe: tango\n", bf16), ("tango", 1, 0.24, "recipe: tango\n", fp32),
-            ("tango", 2, 0.25, "recipe: tango\n", fp32),
-            ("partial", 0, 0.31, "recipe: tango\n", fp32), ("partial", 1, 0.25, "recipe: tango\n", bf16),
-            ("labelfree", 0, 0.30, "recipe: consistency\n", fp32), ("labelfree", 1, 0.27, "recipe: consistency\n", fp32),
-            ("apart", 0, 0.33, "recipe: tango\n", bf16)]
-    for arm, s, test, config, env in runs:
-        _fake_run(study / arm / f"seed{s}", test, 0.1, [0.1, 0.2, test], config=config)
-        (study / arm / f"seed{s}" / "env.json").write_text(json.dumps(env))
+    runs = [*[("grpo", s, 0.30, "recipe: grpo\n", BF16) for s in (0, 1, 2)],
+            ("grpo_fp32", 1, 0.20, "recipe: grpo\ntrain: {bf16: false}\n", FP32),
+            ("grpo_fp32", 2, 0.22, "recipe: grpo\ntrain: {bf16: false}\n", FP32),
+            ("tango", 0, 0.32, "recipe: tango\n", BF16), ("tango", 1, 0.24, "recipe: tango\n", FP32),
+            ("tango", 2, 0.25, "recipe: tango\n", FP32),
+            ("partial", 0, 0.31, "recipe: tango\n", FP32), ("partial", 1, 0.25, "recipe: tango\n", BF16),
+            ("labelfree", 0, 0.30, "recipe: consistency\n", FP32), ("labelfree", 1, 0.27, "recipe: consistency\n", FP32),
+            ("apart", 0, 0.33, "recipe: tango\n", BF16)]
+    _write_runs(study, runs, 0.2)
     crit = {(arm, c.name): (c.holds, c.figures) for arm, c in study_criteria(load_study(study), start=0.2)}
     home = " (against GRPO on each seed's own machine kind)"
     assert crit["tango", "minimum"] == (True, "+3.0 [+0.5, +5.5] (n=3)" + home)
