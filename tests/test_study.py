@@ -648,6 +648,6 @@ def test_the_criteria_read_grpo_on_each_seeds_own_machine_kind_where_it_ran_ther
     # mean 8.5, sd 2.121, t(1) 12.706 x 2.121 / sqrt(2) = 19.06
     gain = "gain +8.5 [-10.6, +27.6] (n=2)"
     assert crit["tango", "excellent"] == (None, f"{gain}, vs tango +3.0 (n=1)")
-    assert crit["partial", "excellent"] == (None, f"{gain}, vs tango -1.0 (n=1)")
+    assert crit["partial", "excellent"] == (None, f"{gain}, vs partial -1.0 (n=1)")
     assert crit["apart", "excellent"] == (None, f"{gain}, no seed of both on one machine kind")
     assert not any(arm.startswith("grpo") for arm, _ in crit)  # the controls have no criteria

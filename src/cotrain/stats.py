@@ -156,7 +156,7 @@ def _holds(*conditions: float) -> bool | None:
 
 
 def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paired | None = None,
-                  labelfree_vs_tango: Paired | None = None) -> list[Criterion]:
+                  labelfree_vs_tango: Paired | None = None, arm: str = "tango") -> list[Criterion]:
     """The plan's four criteria (docs/experiment_plan.md), in points of greedy pass@1:
 
     minimum    the paired (tango − grpo) `test` lower bound is ≥ −2;
@@ -170,6 +170,7 @@ def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paire
         ood: the same on `ood`.
         labelfree_gain: paired (label-free − start), in points (the start as an arm of equal values).
         labelfree_vs_tango: paired (label-free − tango), in points.
+        arm: the co-training arm the figures read, as the excellent criterion names it (the plan's is tango).
 
     Returns:
         The four criteria in order; a criterion whose figures are missing or rest on one seed has holds=None.
@@ -186,14 +187,14 @@ def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paire
         out.append(Criterion("great", known and ood.lo > 0, "paired ood lower bound > 0", ood.text()))
     if labelfree_gain is None or labelfree_vs_tango is None:
         why = "not run" if labelfree_gain is None else f"gain {labelfree_gain.text()}, no seed of both on one machine kind"
-        out.append(Criterion("excellent", None, "label-free gain excludes 0 and paired (label-free - tango) "
+        out.append(Criterion("excellent", None, f"label-free gain excludes 0 and paired (label-free - {arm}) "
                              "lower bound >= -3", why))
     else:
         known = _holds(labelfree_gain.lo, labelfree_vs_tango.lo)
         excludes = labelfree_gain.lo > 0 or labelfree_gain.hi < 0
         out.append(Criterion("excellent", known and excludes and labelfree_vs_tango.lo >= -3,
-                             "label-free gain excludes 0 and paired (label-free - tango) lower bound >= -3",
-                             f"gain {labelfree_gain.text()}, vs tango {labelfree_vs_tango.text()}"))
+                             f"label-free gain excludes 0 and paired (label-free - {arm}) lower bound >= -3",
+                             f"gain {labelfree_gain.text()}, vs {arm} {labelfree_vs_tango.text()}"))
     return out
 
 

@@ -364,7 +364,7 @@ def study_criteria(arms: dict[str, dict[int, Run]], start: float | None = None) 
                 vs = paired_difference({s: test[s] for s in alike}, {s: lf[s] for s in alike}, POINTS)
         extra = auto_criteria(d_test, _mean_alpha(runs), _mean_alpha(arms.get(SCHEDULE, {}))) if arm == AUTO else []
         notes = {"minimum": note, "good": note, "great": ood_note}
-        out += [(arm, replace(c, figures=c.figures + notes.get(c.name, ""))) for c in plan_criteria(d_test, d_ood, gain, vs) + extra]
+        out += [(arm, replace(c, figures=c.figures + notes.get(c.name, ""))) for c in plan_criteria(d_test, d_ood, gain, vs, arm) + extra]
     return out
 
 
