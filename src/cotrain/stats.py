@@ -156,7 +156,7 @@ def _holds(*conditions: float) -> bool | None:
 
 
 def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paired | None = None,
-                  labelfree_vs_tango: Paired | None = None, arm: str = "tango") -> list[Criterion]:
+                  labelfree_vs_tango: Paired | None = None, arm: str = "the arm") -> list[Criterion]:
     """The plan's four criteria (docs/experiment_plan.md), in points of greedy pass@1:
 
     minimum    the paired (tango − grpo) `test` lower bound is ≥ −2;
@@ -170,7 +170,7 @@ def plan_criteria(test: Paired, ood: Paired | None = None, labelfree_gain: Paire
         ood: the same on `ood`.
         labelfree_gain: paired (label-free − start), in points (the start as an arm of equal values).
         labelfree_vs_tango: paired (label-free − tango), in points.
-        arm: the co-training arm the figures read, as the excellent criterion names it (the plan's is tango).
+        arm: the co-training arm the figures read, as the excellent criterion names it (the plan reads tango).
 
     Returns:
         The four criteria in order; a criterion whose figures are missing or rest on one seed has holds=None.
