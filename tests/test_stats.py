@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from cotrain.stats import POINTS, Paired, ceiling_share, paired_difference, plan_criteria
+from cotrain.stats import POINTS, Paired, ceiling_share, evaluation_sd, interval, paired_difference, plan_criteria, seeds_needed
 
 
 def test_paired_difference_by_hand():
@@ -68,6 +68,26 @@ def test_ceiling_share_unbounded_where_the_ceiling_leads_by_nothing_sure():
     assert one.mean == pytest.approx(0.5) and math.isnan(one.lo) and one.text() == "0.50 (n=1)"
     with pytest.raises(ValueError, match="share no seed"):
         ceiling_share({0: 0.1}, {1: 0.2}, {0: 0.3})
+
+
+def test_the_seeds_an_interval_needs_by_hand():
+    """Differences that spread by sd 5: t(n - 1) x 5 / sqrt(n) is 12.706 x 5 / 1.414 = 44.92 on 2 seeds,
+    4.303 x 5 / 1.732 = 12.42 on 3, 2.571 x 5 / 2.449 = 5.25 on 6 and 2.447 x 5 / 2.646 = 4.62 on 7, so ±5
+    needs 7 seeds; ±2 needs the n where 5 t / sqrt(n) first reaches 2: 2.064 x 5 / 5 = 2.064 on 25, 2.060 x 5 /
+    5.099 = 2.020 on 26, 2.056 x 5 / 5.196 = 1.978 on 27. Past 31 seeds t is the normal's 1.96: sd 20 and ±2
+    need 1.96 x 20 / sqrt(n) <= 2, n >= 384.2, so 385. No spread needs two seeds; unknown spread, no answer."""
+    assert interval(5, 2) == pytest.approx(44.92, abs=0.01) and interval(5, 3) == pytest.approx(12.42, abs=0.01)
+    assert seeds_needed(5, 5) == 7 and seeds_needed(5, 2) == 27
+    assert seeds_needed(20, 2) == 385 and seeds_needed(20, 2, most=384) is None
+    assert seeds_needed(0, 2) == 2 and seeds_needed(math.nan, 2) is None
+    with pytest.raises(ValueError, match="positive"):
+        seeds_needed(5, 0)
+
+
+def test_the_evaluations_own_spread_by_hand():
+    """Two models near 0.2 on the same 200 problems, their errors unrelated: sqrt(2 x 0.2 x 0.8 / 200) =
+    sqrt(0.0016) = 0.04, four points; no problems, no figure."""
+    assert evaluation_sd(0.2, 200) == pytest.approx(0.04) and math.isnan(evaluation_sd(0.2, 0))
 
 
 def test_a_ceiling_below_the_base_has_no_share_to_give():

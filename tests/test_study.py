@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import build_start, build_study, difference_rows, load_study, mean_curve, steps_to_reach, study_criteria
+from cotrain.analysis.study import (build_start, build_study, difference_rows, load_study, mean_curve, resolution, steps_to_reach,
+                                    study_criteria)
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 from cotrain.runs.rundir import write_jsonl_gz_atomic
@@ -651,3 +652,37 @@ def test_the_criteria_read_grpo_on_each_seeds_own_machine_kind_where_it_ran_ther
     assert crit["partial", "excellent"] == (None, f"{gain}, vs partial -1.0 (n=1)")
     assert crit["apart", "excellent"] == (None, f"{gain}, no seed of both on one machine kind")
     assert not any(arm.startswith("grpo") for arm, _ in crit)  # the controls have no criteria
+
+
+def test_what_the_seeds_can_resolve_by_hand(tmp_path):
+    """grpo ran seeds 0-2 in bf16 (0.20 each), grpo_fp32 seeds 0-1 on the AVX2 machine (0.10 each). `a` ran seeds
+    0-2 beside grpo's: +2, +6, +10, sd 4; `b` seeds 0-1 on the AVX2 machine: +4, +12 against grpo_fp32, sd 5.657.
+    `c`'s seed 2 ran on the AVX2 machine where GRPO has no seed 2, so only its seed 0 pairs on one machine kind;
+    `d` has one seed; grpo_fp32 is GRPO itself. The median sd 4.828: t(2) 4.303 x 4.828 / 1.732 = 12.0 on 3
+    seeds, 2.776 x 4.828 / 2.236 = 6.0 on 5; ±2 needs t / sqrt(n) <= 0.4142: 2.069 / 4.899 = 0.422 on 24, 2.064 /
+    5 = 0.413 on 25; ±5 needs <= 1.0355: 2.571 / 2.449 = 1.050 on 6, 2.447 / 2.646 = 0.925 on 7. The mean pass@1
+    of the ten paired runs 1.94 / 10 = 0.194, on 200 problems: 100 sqrt(2 x 0.194 x 0.806 / 200) = 3.95; the rest
+    sqrt(4.828^2 - 3.954^2) = 2.771, so ±2 needs t / sqrt(n) <= 0.7218: 0.769 on 9, 2.262 / 3.162 = 0.715 on 10."""
+    study = tmp_path / "study"
+    tango = "recipe: tango\n"
+    runs = [*[("grpo", s, 0.20, "recipe: grpo\n", BF16) for s in (0, 1, 2)],
+            *[("grpo_fp32", s, 0.10, "recipe: grpo\ntrain: {bf16: false}\n", FP32) for s in (0, 1)],
+            ("a", 0, 0.22, tango, BF16), ("a", 1, 0.26, tango, BF16), ("a", 2, 0.30, tango, BF16),
+            ("b", 0, 0.14, tango, FP32), ("b", 1, 0.22, tango, FP32),
+            ("c", 0, 0.50, tango, BF16), ("c", 2, 0.90, tango, FP32), ("d", 0, 0.90, tango, BF16)]
+    _write_runs(study, runs, 0.2)
+    for arm, s, test, _, _ in runs:
+        (study / arm / f"seed{s}" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test, "n": 200}}}))
+    text = resolution(load_study(study))
+    assert text == ("What its seeds can resolve (test, points): the seed-by-seed differences with grpo of 2 arms with two "
+                    "seeds or more on one machine kind spread by a median sd of 4.8 (4.0 to 5.7), so a paired 95% interval "
+                    "is ±12.0 on 3 seeds and ±6.0 on 5; ±2 (the minimum criterion's margin at a tie) needs 25 seeds, ±5 "
+                    "(the good criterion's at a lead of +5) 7 seeds. The final evaluation's 200 problems alone move a "
+                    "seed's difference by up to 4.0 (two models near the mean pass@1 0.19 whose errors are unrelated); "
+                    "were all of that gone, ±2 would still need 10 seeds.")
+    assert text in build_study(study)
+    assert resolution(load_study(study), "ood") == ""  # no run was evaluated there
+    for arm, s, test, _, _ in runs:  # on 10 problems: 100 sqrt(2 x 0.194 x 0.806 / 10) = 17.7, more than the spread
+        (study / arm / f"seed{s}" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test, "n": 10}}}))
+    assert resolution(load_study(study)).endswith("by up to 17.7 (two models near the mean pass@1 0.19 whose errors are "
+                                                  "unrelated): as much as the whole spread.")

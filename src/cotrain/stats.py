@@ -17,6 +17,11 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
+def _t975(df: int) -> float:
+    """The 97.5% quantile of Student's t with df degrees of freedom (df ≥ 1)."""
+    return T975[df - 1] if df <= len(T975) else 1.96
+
+
 def mean_ci95(values: list[float]) -> tuple[float, float]:
     """Mean and half-width of its two-sided 95% confidence interval (Student's t, sample std).
 
@@ -29,8 +34,7 @@ def mean_ci95(values: list[float]) -> tuple[float, float]:
     if n == 1:
         return mean, math.nan
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
-    return mean, t * sd / math.sqrt(n)
+    return mean, _t975(n - 1) * sd / math.sqrt(n)
 
 
 POINTS = 100.0
@@ -117,7 +121,7 @@ def ceiling_share(base: dict[int, float], arm: dict[int, float], ceiling: dict[i
     mean = a_bar / b_bar if b_bar != 0 else math.nan
     if n < 2:
         return Share(mean, math.nan, math.nan, n, seeds, b_bar)
-    t2 = (T975[n - 2] if n - 1 <= len(T975) else 1.96) ** 2
+    t2 = _t975(n - 1) ** 2
     v_aa = sum((x - a_bar) ** 2 for x in a) / (n - 1) / n
     v_bb = sum((y - b_bar) ** 2 for y in b) / (n - 1) / n
     v_ab = sum((x - a_bar) * (y - b_bar) for x, y in zip(a, b)) / (n - 1) / n
@@ -136,6 +140,33 @@ class Criterion:
     holds: bool | None
     rule: str
     figures: str
+
+
+def interval(sd: float, n: int) -> float:
+    """The half-width of a paired 95% interval over n ≥ 2 seeds whose differences spread by sd: t(n − 1) · sd / √n."""
+    return _t975(n - 1) * sd / math.sqrt(n)
+
+
+def seeds_needed(sd: float, half_width: float, most: int = 10_000) -> int | None:
+    """The fewest seeds n (≥ 2) whose paired 95% interval, t(n − 1) · sd / √n, is at most `half_width`, for
+    seed-by-seed differences that spread by `sd`; None if more than `most` would be needed or sd is unknown.
+
+    Raises:
+        ValueError: half_width is not positive.
+    """
+    if not half_width > 0:
+        raise ValueError(f"an interval's half-width must be positive, not {half_width}")
+    if math.isnan(sd):
+        return None
+    return next((n for n in range(2, most + 1) if interval(sd, n) <= half_width), None)
+
+
+def evaluation_sd(p: float, n: int) -> float:
+    """The standard deviation of the difference of two accuracies near p measured on the same n problems when
+    the two models' errors on a problem are unrelated, sqrt(2 p (1 − p) / n): how far the evaluation's own draw
+    of problems moves a seed's paired difference. Models that fail the same problems move it less, so it is
+    an upper bound on that part. nan for n ≤ 0."""
+    return math.sqrt(2 * p * (1 - p) / n) if n > 0 else math.nan
 
 
 def difference_ci95(p_a: float, p_b: float, n: int) -> tuple[float, float, float]:

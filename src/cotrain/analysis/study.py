@@ -30,8 +30,8 @@ from cotrain.config import RENAMED_SECTIONS, build_config, read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
-from cotrain.stats import (POINTS, Criterion, Paired, auto_criteria, ceiling_share, mean_ci95, paired_difference,
-                           plan_criteria)
+from cotrain.stats import (POINTS, Criterion, Paired, auto_criteria, ceiling_share, evaluation_sd, interval, mean_ci95,
+                           paired_difference, plan_criteria, seeds_needed)
 
 BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, "eval/test/pass@1"
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
@@ -322,20 +322,78 @@ def _vs_baseline(arms: dict[str, dict[int, Run]], arm: str, split: str):
 HOME = "against GRPO on each seed's own machine kind"
 
 
-def _vs_grpo(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tuple[Paired | None, str]:
-    """The paired difference the criteria read, and a note for its figures: against GRPO on each seed's own
+def _grpo_pairing(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tuple[dict[int, float], dict[int, float], str] | None:
+    """(GRPO's finals, the arm's, a note) over the seeds the criteria pair: against GRPO on each seed's own
     machine kind (`home_baseline`) where a seed ran on another machine kind than grpo's and GRPO ran every
-    seed of the plain pairing on the arm's own; else the plain pairing (`_vs_baseline`) and no note. The study's
-    table and its criteria read this pairing."""
-    plain = _vs_baseline(arms, arm, split)
-    if plain is None:
-        return None, ""
-    paired = set(_finals(arms[BASELINE], split)) & set(mine := _finals(arms[arm], split))
+    seed of the plain pairing on the arm's own, with a note saying so; else grpo's own runs of the seeds both
+    ran and no note. None where there is no grpo arm, the arm is grpo, or no seed is shared."""
+    base = arms.get(BASELINE)
+    if not base or arm == BASELINE:
+        return None
+    b, mine = _finals(base, split), _finals(arms[arm], split)
+    paired = set(b) & set(mine)
+    if not paired:
+        return None
     home, names = home_baseline(arms, arm, split)
     seeds = set(home) & set(mine)
     if not paired <= seeds or all(names[s] == BASELINE for s in seeds):
-        return plain, ""
-    return paired_difference({s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, POINTS), f" ({HOME})"
+        return {s: b[s] for s in paired}, {s: mine[s] for s in paired}, ""
+    return {s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, f" ({HOME})"
+
+
+def _vs_grpo(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tuple[Paired | None, str]:
+    """The paired difference the criteria read (`_grpo_pairing`), and the note for its figures. The study's
+    table and its criteria read this pairing."""
+    pairing = _grpo_pairing(arms, arm, split)
+    if pairing is None:
+        return None, ""
+    base, mine, note = pairing
+    return paired_difference(base, mine, POINTS), note
+
+
+def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
+    """What the study's seeds can resolve: how far the seed-by-seed differences with GRPO spread (the criteria's
+    pairing, `_grpo_pairing`, over the seeds run on one machine kind as GRPO's; GRPO rerun on another machine
+    kind left out), as the median over the arms with two such seeds or more of each one's sample sd (a median,
+    so an arm that collapses on one seed does not set it), the seeds a paired 95% interval of ±2 and ±5 points
+    then needs (the minimum criterion's margin at a tie, the good criterion's at a lead of +5), and how much of
+    the spread the final evaluation's own draw of problems can make (`evaluation_sd`). "" where no arm has two
+    such seeds."""
+    twins, groups, finals, problems = baseline_twins(arms), [], [], []
+    for arm, runs in arms.items():
+        pairing = None if arm in twins else _grpo_pairing(arms, arm, split)
+        if pairing is None:
+            continue
+        base, mine, home = pairing
+        seeds = [s for s in sorted(mine) if home or _alike(runs[s], arms[BASELINE][s])]
+        if len(seeds) >= 2:
+            groups.append([POINTS * (mine[s] - base[s]) for s in seeds])
+            finals += [mine[s] for s in seeds] + [base[s] for s in seeds]
+            problems += [runs[s].eval["generator"][split].get("n") for s in seeds]
+    if not groups:
+        return ""
+    sds = [statistics.stdev(g) for g in groups]
+    sd = statistics.median(sds)
+    n, p = max(set(problems), key=problems.count), statistics.mean(finals)
+    e = POINTS * evaluation_sd(p, n) if isinstance(n, int) else math.nan
+    rest = math.sqrt(max(sd ** 2 - e ** 2, 0.0))
+
+    def needs(spread: float, margin: float) -> str:
+        count = seeds_needed(spread, margin)
+        return "more than 10,000 seeds" if count is None else f"{count} seeds"
+
+    arms_text = f"{len(groups)} arm{'s' if len(groups) > 1 else ''}"
+    spread = f"a median sd of {sd:.1f} ({min(sds):.1f} to {max(sds):.1f})" if len(sds) > 1 else f"an sd of {sd:.1f}"
+    text = (f"What its seeds can resolve ({split}, points): the seed-by-seed differences with {BASELINE} of {arms_text} "
+            f"with two seeds or more on one machine kind spread by {spread}, "
+            f"so a paired 95% interval is ±{interval(sd, 3):.1f} on 3 seeds and ±{interval(sd, 5):.1f} on 5; "
+            f"±2 (the minimum criterion's margin at a tie) needs {needs(sd, 2)}, ±5 (the good criterion's at a lead "
+            f"of +5) {needs(sd, 5)}.")
+    if not math.isnan(e):
+        text += (f" The final evaluation's {n} problems alone move a seed's difference by up to {e:.1f} (two models "
+                 f"near the mean pass@1 {p:.2f} whose errors are unrelated)" + (
+                     f"; were all of that gone, ±2 would still need {needs(rest, 2)}." if rest > 0 else ": as much as the whole spread."))
+    return text
 
 
 def _alike(a: Run, b: Run) -> bool:
@@ -761,6 +819,8 @@ def build_study(study_dir: str | Path) -> str:
     if shares:
         text += ("\n\nThe share of its ceiling each verifier captures: its lead over grpo against the lead of the "
                  "oracle under the same construction and α, seeds paired on one machine kind (Fieller's 95% interval):\n\n" + shares)
+    if reach := resolution(arms):
+        text += "\n\n" + reach
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     plot_differences(arms, study_dir / "differences.png", title=study_dir.name)
