@@ -22,6 +22,11 @@ def _t975(df: int) -> float:
     return T975[df - 1] if df <= len(T975) else 1.96
 
 
+def interval(sd: float, n: int) -> float:
+    """The half-width of a paired 95% interval over n ≥ 2 seeds whose differences spread by sd: t(n − 1) · sd / √n."""
+    return _t975(n - 1) * sd / math.sqrt(n)
+
+
 def mean_ci95(values: list[float]) -> tuple[float, float]:
     """Mean and half-width of its two-sided 95% confidence interval (Student's t, sample std).
 
@@ -34,7 +39,7 @@ def mean_ci95(values: list[float]) -> tuple[float, float]:
     if n == 1:
         return mean, math.nan
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, _t975(n - 1) * sd / math.sqrt(n)
+    return mean, interval(sd, n)
 
 
 POINTS = 100.0
@@ -140,11 +145,6 @@ class Criterion:
     holds: bool | None
     rule: str
     figures: str
-
-
-def interval(sd: float, n: int) -> float:
-    """The half-width of a paired 95% interval over n ≥ 2 seeds whose differences spread by sd: t(n − 1) · sd / √n."""
-    return _t975(n - 1) * sd / math.sqrt(n)
 
 
 def seeds_needed(sd: float, half_width: float, most: int = 10_000) -> int | None:
