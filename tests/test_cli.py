@@ -92,11 +92,14 @@ def test_eval_and_plot_commands(sft_run, tmp_path, capsys):
     start, results = sft_run
     out = tmp_path / "eval.json"
     code = main(["eval", str(start), "--task", "arith", "--splits", "test", "--n", "40", "task.n_ops=[1,2]",
-                 "task.max_operand=9", "eval.k=4", "eval.n_sampled=10", "--out", str(out)])
+                 "task.max_operand=9", "eval.k=4", "eval.n_sampled=10", "--out", str(out),
+                 "--outcomes", str(tmp_path / "outcomes.json")])
     assert code == 0
-    # the same checkpoint and settings as the run's own final evaluation give the same figures
+    # the same checkpoint and settings as the run's own final evaluation give the same figures, problem by problem
     got = json.loads(out.read_text())["generator"]["test"]
-    assert got["pass@1"] == results["generator"]["test"]["pass@1"]
+    assert got["pass@1"] == results["generator"]["test"]["pass@1"] and "outcomes" not in got
+    kept = json.loads((tmp_path / "outcomes.json").read_text())["test"]
+    assert len(kept["correct"]) == 40 and kept["correct"].count("1") / 40 == got["pass@1"]
     capsys.readouterr()
     assert main(["plot", str(start), "--out", str(tmp_path / "plots")]) == 0
     assert (tmp_path / "plots" / "curves.png").stat().st_size > 10_000

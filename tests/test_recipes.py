@@ -69,6 +69,14 @@ def test_grpo_smoke_changes_parameters_and_logs_finite_metrics(sft_run, tmp_path
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert saved["recipe"] == "grpo" and saved["init"] == str(start)
     assert len(list((tmp_path / "checkpoints").iterdir())) == 2  # keep_last
+    # each problem's final greedy outcome, beside eval.json (which keeps numbers alone): as many as it evaluated,
+    # as many right as its pass@1 counts (the arithmetic task grades 1 or 0)
+    results = json.loads((tmp_path / "eval.json").read_text())["generator"]
+    kept = json.loads((tmp_path / "outcomes.json").read_text())
+    assert set(kept) == set(results) and all("outcomes" not in m for m in results.values())
+    for split, o in kept.items():
+        assert len(o["correct"]) == results[split]["n"] and set(o["correct"]) <= {"0", "1"} and len(o["questions_sha256"]) == 16
+        assert o["correct"].count("1") / results[split]["n"] == pytest.approx(results[split]["pass@1"])
 
 
 @pytest.mark.parametrize("overrides", [
@@ -167,6 +175,7 @@ def run_killed_and_resumed(cfg_path: Path, tmp_path: Path, checkpoint: str) -> N
     a = json.loads((tmp_path / "full" / "eval.json").read_text())
     b = json.loads((tmp_path / "killed" / "eval.json").read_text())
     assert a == b
+    assert (tmp_path / "full" / "outcomes.json").read_text() == (tmp_path / "killed" / "outcomes.json").read_text()
     env = json.loads((tmp_path / "killed" / "env.json").read_text())
     assert len(env["earlier"]) == 1 and env["earlier"][0]["cpu"] == env["cpu"], "the resumed run lost its first machine"
     def strip(rows):

@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from cotrain.stats import POINTS, Paired, ceiling_share, evaluation_sd, interval, paired_difference, plan_criteria, seeds_needed
+from cotrain.stats import (POINTS, Paired, ceiling_share, evaluation_sd, interval, paired_difference, paired_evaluation_sd,
+                           plan_criteria, seeds_needed)
 
 
 def test_paired_difference_by_hand():
@@ -138,3 +139,17 @@ def test_the_difference_of_two_accuracies_on_the_same_problems_by_hand():
     assert d == pytest.approx(0.02) and lo == pytest.approx(0.02 - 0.045429, abs=1e-5)
     assert hi == pytest.approx(0.02 + 0.045429, abs=1e-5)
     assert math.isnan(difference_ci95(0.1, 0.2, 0)[1])
+
+
+def test_the_evaluations_spread_read_problem_by_problem_by_hand():
+    """Two runs right on 1100 and 1010: per-problem differences 0, -1, +1, 0, mean 0, sample variance 2/3, over
+    4 problems sqrt(2/3 / 4) = 0.4082 (above the bound sqrt(2 x 0.25 / 4) = 0.3536 for unrelated errors: these
+    two fail opposite problems). 1110 and 1111: differences 0, 0, 0, 1, mean 0.25, sample variance (3 x 0.0625 +
+    0.5625) / 3 = 0.25, sqrt(0.25 / 4) = 0.25. Identical outcomes: 0."""
+    assert paired_evaluation_sd("1100", "1010") == pytest.approx(0.408248, abs=1e-6)
+    assert evaluation_sd(0.5, 4) == pytest.approx(0.353553, abs=1e-6)
+    assert paired_evaluation_sd("1110", "1111") == pytest.approx(0.25)
+    assert paired_evaluation_sd("0110", "0110") == 0.0
+    assert math.isnan(paired_evaluation_sd("1", "0"))  # one problem says nothing of a spread
+    with pytest.raises(ValueError, match="3 and 4 problems"):
+        paired_evaluation_sd("110", "1100")

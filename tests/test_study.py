@@ -45,11 +45,13 @@ def test_archive_keeps_results_gzipped_and_a_start_without_its_optimizer(tmp_pat
     for name in ("config.json", "model.safetensors", "optim.pt", "tokenizer.json"):
         (model / name).write_text(name)
     write_jsonl_gz_atomic(run / "verifications" / "verifier_test.jsonl.gz", [{"correct": True, "final": False}])
+    (run / "outcomes.json").write_text('{"test": {"correct": "0110", "questions_sha256": "0123456789abcdef"}}')
     archive_run(run, tmp_path / "a", command="cotrain run x.yaml", model=model)
     archive_run(run, tmp_path / "b")
     kept = sorted(p.name for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert kept == ["COMMAND", "config.json", "config.yaml", "env.json", "eval.json", "metrics.jsonl.gz",
-                    "model.safetensors", "tokenizer.json", "verifier_test.jsonl.gz"]
+                    "model.safetensors", "outcomes.json", "tokenizer.json", "verifier_test.jsonl.gz"]
+    assert (tmp_path / "a" / "outcomes.json").read_bytes() == (run / "outcomes.json").read_bytes()
     assert gzip.decompress((tmp_path / "a" / "verifications" / "verifier_test.jsonl.gz").read_bytes()) == (
         b'{"correct": true, "final": false}\n')
     assert gzip.decompress((tmp_path / "a" / "metrics.jsonl.gz").read_bytes()) == (run / "metrics.jsonl").read_bytes()
@@ -662,7 +664,14 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
     seeds, 2.776 x 4.828 / 2.236 = 6.0 on 5; ±2 needs t / sqrt(n) <= 0.4142: 2.069 / 4.899 = 0.422 on 24, 2.064 /
     5 = 0.413 on 25; ±5 needs <= 1.0355: 2.571 / 2.449 = 1.050 on 6, 2.447 / 2.646 = 0.925 on 7. The mean pass@1
     of the ten paired runs 1.94 / 10 = 0.194, on 200 problems: 100 sqrt(2 x 0.194 x 0.806 / 200) = 3.95; the rest
-    sqrt(4.828^2 - 3.954^2) = 2.771, so ±2 needs t / sqrt(n) <= 0.7218: 0.769 on 9, 2.262 / 3.162 = 0.715 on 10."""
+    sqrt(4.828^2 - 3.954^2) = 2.771, so ±2 needs t / sqrt(n) <= 0.7218: 0.769 on 9, 2.262 / 3.162 = 0.715 on 10.
+
+    Problem by problem: grpo gets its first 40 of 200 right, a's seeds their first 44, 52 and 60, so they differ
+    on 4, 12 and 20 problems, each by +1: the differences' sample variances (4 x 0.98^2 + 196 x 0.02^2) / 199 =
+    0.019698, (12 x 0.94^2 + 188 x 0.06^2) / 199 = 0.056683 and (20 x 0.9^2 + 180 x 0.1^2) / 199 = 0.090452, over
+    200 problems: sds 0.992, 1.684 and 2.127 points; their root mean square sqrt((0.985 + 2.834 + 4.523) / 3) =
+    1.667. The rest sqrt(23.314 - 2.780) = 4.531: ±2 needs t / sqrt(n) <= 0.4414: 2.080 / 4.690 = 0.4435 on 22,
+    2.074 / 4.796 = 0.4324 on 23."""
     study = tmp_path / "study"
     tango = "recipe: tango\n"
     runs = [*[("grpo", s, 0.20, "recipe: grpo\n", BF16) for s in (0, 1, 2)],
@@ -682,6 +691,15 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
                     "were all of that gone, ±2 would still need 10 seeds.")
     assert text in build_study(study)
     assert resolution(load_study(study), "ood") == ""  # no run was evaluated there
+    # each problem's outcome kept by grpo's and a's three seeds and by b's first (on other problems: not paired)
+    for arm, s, test, _, _ in runs:
+        if arm in ("grpo", "a") or (arm, s) == ("b", 0):
+            right = round(test * 200)
+            (study / arm / f"seed{s}" / "outcomes.json").write_text(json.dumps({"test": {
+                "correct": "1" * right + "0" * (200 - right), "questions_sha256": "other" if arm == "b" else "same"}}))
+    assert resolution(load_study(study)).endswith(
+        "were all of that gone, ±2 would still need 10 seeds. Measured problem by problem on the 3 pairs that kept each "
+        "problem's outcome, it moves them by 1.7; without it, ±2 would need 23 seeds.")
     for arm, s, test, _, _ in runs:  # on 10 problems: 100 sqrt(2 x 0.194 x 0.806 / 10) = 17.7, more than the spread
         (study / arm / f"seed{s}" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test, "n": 10}}}))
     assert resolution(load_study(study)).endswith("by up to 17.7 (two models near the mean pass@1 0.19 whose errors are "

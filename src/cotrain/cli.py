@@ -135,7 +135,7 @@ def _recorded_task(checkpoint: str) -> dict:
 def cmd_eval(args) -> int:
     from cotrain.config import build_config
     from cotrain.dist import device
-    from cotrain.eval.evaluate import evaluate_generator
+    from cotrain.eval.evaluate import evaluate_generator, take_outcomes
     from cotrain.models.build import load_model
     from cotrain.precision import resolve_bf16
     from cotrain.runs.rundir import resolve_model_dir, write_json_atomic
@@ -151,7 +151,10 @@ def cmd_eval(args) -> int:
     print(line, file=sys.stderr, flush=True)
     task = make_task(cfg.task.name, **cfg.task.options())
     results = {"generator": evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n,
-                                               **cfg.eval_settings())}
+                                               outcomes=bool(args.outcomes), **cfg.eval_settings())}
+    outcomes = take_outcomes(results["generator"])
+    if args.outcomes:
+        write_json_atomic(Path(args.outcomes), outcomes)
     if args.verifier and args.bon:
         results["best_of_n"] = _best_of_n(cfg, args, model, tokenizer, task)
     elif args.verifier:
@@ -481,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--splits", help="comma-separated splits (default: test,ood)")
     e.add_argument("--n", type=int, help="problems per split")
     e.add_argument("--out", help="write the results to this JSON file")
+    e.add_argument("--outcomes", help=("write each problem's greedy outcome to this JSON file, as a run's outcomes.json "
+                                       "(a finished run evaluated again pairs problem by problem in `cotrain study`)"))
     e.add_argument("--bon", help=("best-of-N against N, e.g. 1,4,16,64: each --verifier's pick of N samples beside a "
                                   "random pick, majority voting and the oracle pass@N, the samples drawn once"))
     e.add_argument("--verifier", action="append", help=("a verifier ([NAME=]run dir, checkpoint or model dir) to judge the checkpoint's "

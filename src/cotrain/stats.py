@@ -169,6 +169,25 @@ def evaluation_sd(p: float, n: int) -> float:
     return math.sqrt(2 * p * (1 - p) / n) if n > 0 else math.nan
 
 
+def paired_evaluation_sd(a: str, b: str) -> float:
+    """The standard deviation of the difference of two runs' accuracies that the draw of problems makes, read
+    problem by problem from their outcomes on the same problems in the same order ("1" right, "0" not): the
+    sample sd of the per-problem differences over √n. Where both runs fail and pass the same problems it is
+    below `evaluation_sd`'s bound. nan for fewer than two problems.
+
+    Raises:
+        ValueError: the two hold different numbers of problems.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"outcomes of {len(a)} and {len(b)} problems cannot be paired problem by problem")
+    n = len(a)
+    if n < 2:
+        return math.nan
+    d = [int(y) - int(x) for x, y in zip(a, b)]
+    mean = sum(d) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1) / n)
+
+
 def difference_ci95(p_a: float, p_b: float, n: int) -> tuple[float, float, float]:
     """p_b − p_a of two accuracies over the same n problems, with a two-sided 95% interval that treats the
     two as independent (normal approximation: sqrt(p_a(1-p_a)/n + p_b(1-p_b)/n) x 1.96), which is wider

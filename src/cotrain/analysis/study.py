@@ -31,7 +31,7 @@ from cotrain.errors import UserError
 from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
 from cotrain.stats import (POINTS, Criterion, Paired, auto_criteria, ceiling_share, evaluation_sd, interval, mean_ci95,
-                           paired_difference, plan_criteria, seeds_needed)
+                           paired_difference, paired_evaluation_sd, plan_criteria, seeds_needed)
 
 BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, "eval/test/pass@1"
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
@@ -61,6 +61,7 @@ class Run:
     verifier_source: str = "model"                     # verifier.source: model, or the oracle standing in for it
     process: tuple = ()                                # tango's process term: (credit, α, α schedule, groups)
     setting: dict = field(default_factory=dict)        # its resolved config (`run_setting`); {} where unreadable
+    outcomes: dict = field(default_factory=dict)       # outcomes.json: {split: {"correct": "0110…", "questions_sha256"}}
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
@@ -111,6 +112,11 @@ def load_run(run_dir: Path) -> Run:
         if uses is not None and uses.step_verdicts and process is not None:
             run.process = tuple(str(process.get(k, default)) for k, default in
                                 (("credit", "to_go"), ("alpha", 0.1), ("alpha_schedule", "exp"), ("process_groups", "all")))
+    kept = run_dir / "outcomes.json"
+    if kept.is_file():
+        outcomes = json.loads(kept.read_text(encoding="utf-8"))
+        run.outcomes = {split: o for split, o in outcomes.items() if isinstance(o, dict)
+                        and isinstance(o.get("correct"), str) and set(o["correct"]) <= {"0", "1"}}
     env = run_dir / "env.json"
     if env.is_file():
         e = json.loads(env.read_text(encoding="utf-8"))
@@ -358,18 +364,23 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     so an arm that collapses on one seed does not set it), the seeds a paired 95% interval of ±2 and ±5 points
     then needs (the minimum criterion's margin at a tie, the good criterion's at a lead of +5), and how much of
     the spread the final evaluation's own draw of problems can make (`evaluation_sd`). "" where no arm has two
-    such seeds."""
-    twins, groups, finals, problems = baseline_twins(arms), [], [], []
+    such seeds. Where both runs of such pairs kept each problem's outcome on the same problems (`outcomes.json`),
+    it also gives that part as measured problem by problem (`paired_evaluation_sd`, its root mean square over
+    the pairs), and the seeds ±2 would need without it."""
+    twins, groups, finals, problems, measured = baseline_twins(arms), [], [], [], []
     for arm, runs in arms.items():
         pairing = None if arm in twins else _grpo_pairing(arms, arm, split)
         if pairing is None:
             continue
         base, mine, home = pairing
+        names = home_baseline(arms, arm, split)[1] if home else {}
         seeds = [s for s in sorted(mine) if home or _alike(runs[s], arms[BASELINE][s])]
         if len(seeds) >= 2:
             groups.append([POINTS * (mine[s] - base[s]) for s in seeds])
             finals += [mine[s] for s in seeds] + [base[s] for s in seeds]
             problems += [runs[s].eval["generator"][split].get("n") for s in seeds]
+            pairs = [_problem_by_problem(arms[names.get(s, BASELINE)][s], runs[s], split) for s in seeds]
+            measured += [x for x in pairs if x is not None]
     if not groups:
         return ""
     sds = [statistics.stdev(g) for g in groups]
@@ -393,7 +404,25 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
         text += (f" The final evaluation's {n} problems alone move a seed's difference by up to {e:.1f} (two models "
                  f"near the mean pass@1 {p:.2f} whose errors are unrelated)" + (
                      f"; were all of that gone, ±2 would still need {needs(rest, 2)}." if rest > 0 else ": as much as the whole spread."))
+    if measured:
+        m = math.sqrt(statistics.mean(x ** 2 for x in measured))
+        rest = math.sqrt(max(sd ** 2 - m ** 2, 0.0))
+        text += (f" Measured problem by problem on the {len(measured)} pair{'s' if len(measured) > 1 else ''} that kept "
+                 f"each problem's outcome, it moves them by {m:.1f}" + (
+                     f"; without it, ±2 would need {needs(rest, 2)}." if rest > 0 else ", as much as the whole spread."))
     return text
+
+
+def _problem_by_problem(base: Run, run: Run, split: str) -> float | None:
+    """How far the draw of problems moves the pair's difference (points), read from both runs' per-problem
+    outcomes of `split` (`paired_evaluation_sd`); None unless both kept them on the same problems, as many as
+    their eval.json counts."""
+    a, b = base.outcomes.get(split), run.outcomes.get(split)
+    if not a or not b or a.get("questions_sha256") != b.get("questions_sha256") or not (
+            len(a["correct"]) == len(b["correct"]) == run.eval["generator"][split].get("n")):
+        return None
+    sd = paired_evaluation_sd(a["correct"], b["correct"])
+    return None if math.isnan(sd) else POINTS * sd
 
 
 def _alike(a: Run, b: Run) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -13,6 +14,7 @@ from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.tasks.base import Problem, Task
 
 EVAL_SEED = 1234  # problem selection and sampling of evaluation do not depend on the run's seed
+OUTCOMES = "outcomes"  # evaluate_split's entry of per-problem outcomes, which `take_outcomes` lifts out
 
 
 def _complete(model, tokenizer, problems: list[Problem], repeats: int, *, greedy: bool, temperature: float,
@@ -40,12 +42,14 @@ def greedy_accuracy(model, tokenizer, task: Task, problems: list[Problem], *, ma
 
 def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, split: str, *,
                    n: int, k: int = 0, n_sampled: int = 0, temperature: float = 1.0, max_new_tokens: int = 48,
-                   batch_size: int = 256, bf16: bool = False) -> dict[str, float]:
+                   batch_size: int = 256, bf16: bool = False, outcomes: bool = False) -> dict:
     """Metrics of one split: pass@1 (greedy) with its 95% Wilson interval, the greedy completions' mean
     length, truncation and format rates (`format_ratio`: a final-answer line, one that starts with `#`,
     as every generator prompt asks: a gain that only comes from answering in the asked form shows
     there), and pass@k, maj@k, the samples' accuracy and gap/majority (maj@k minus that accuracy) from
-    k samples of each of n_sampled problems."""
+    k samples of each of n_sampled problems. With `outcomes`, also `OUTCOMES`: each problem's greedy
+    outcome in the evaluation's order ("1" right, "0" not) and a hash of its questions, so that two runs
+    can be compared problem by problem (`take_outcomes` lifts it out; every other entry is a number)."""
     problems = task.problems(split, n, seed=EVAL_SEED)
     if not problems:
         raise UserError(f"split '{split}' of task {task.name} has no problems to evaluate")
@@ -57,6 +61,9 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
     out = {"pass@1": sum(correct) / len(problems), "n": len(problems), "pass@1_ci95_lo": lo, "pass@1_ci95_hi": hi,
            "len_mean": sum(lengths) / len(lengths), "truncated_ratio": sum(truncated) / len(truncated),
            "format_ratio": sum(any(line.lstrip().startswith("#") for line in t.split("\n")) for t in texts) / len(texts)}
+    if outcomes:
+        out[OUTCOMES] = {"correct": "".join("1" if c >= 1.0 else "0" for c in correct),
+                         "questions_sha256": questions_hash(problems)}
     if k >= 2 and n_sampled > 0:  # k = 1 would only repeat pass@1 with sampling noise
         sub = problems[:n_sampled]
         texts, _, _ = _complete(model, tokenizer, sub, k, greedy=False, temperature=temperature,
@@ -77,9 +84,20 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
     return out
 
 
-def evaluate_generator(model, tokenizer, task: Task, splits: list[str], **kwargs) -> dict[str, dict[str, float]]:
+def evaluate_generator(model, tokenizer, task: Task, splits: list[str], **kwargs) -> dict[str, dict]:
     """{split: metrics} for the requested splits the task has."""
     return {s: evaluate_split(model, tokenizer, task, s, **kwargs) for s in splits if s in task.splits}
+
+
+def questions_hash(problems: list[Problem]) -> str:
+    """A short hash of the problems' questions in order: two evaluations pair problem by problem when it is equal."""
+    return hashlib.sha256("\0".join(p.question for p in problems).encode("utf-8")).hexdigest()[:16]
+
+
+def take_outcomes(results: dict[str, dict]) -> dict[str, dict]:
+    """Remove the per-problem outcomes (`OUTCOMES`) from `evaluate_generator`'s {split: metrics}, leaving numbers
+    alone there, and return them as {split: {"correct": "0110…", "questions_sha256": …}} (`outcomes.json`)."""
+    return {split: metrics.pop(OUTCOMES) for split, metrics in results.items() if OUTCOMES in metrics}
 
 
 def require_eval_splits(task: Task, name: str, splits: list[str], n: int, named: bool = True) -> dict[str, int]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cotrain.errors import UserError
 
-RUN_FILES = ("config.yaml", "env.json", "eval.json")
+RUN_FILES = ("config.yaml", "env.json", "eval.json", "outcomes.json")
 MODEL_SKIP = ("optim.pt",)  # a start is weights and tokenizer; the optimizer belongs to the run that made it
 
 
@@ -31,9 +31,9 @@ def gzip_file(src: Path, dest: Path) -> None:
 
 def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = None,
                 model: str | Path | None = None) -> list[Path]:
-    """Copy what a study keeps of a run into `dest` (created): its config.yaml, env.json and eval.json when
-    present, metrics.jsonl gzipped, the verifiers' records of their final evaluation (`verifications/`),
-    COMMAND when given, and with `model` that model directory's files but its optimizer, under
+    """Copy what a study keeps of a run into `dest` (created): its config.yaml, env.json, eval.json and
+    outcomes.json (each problem's final greedy outcome) when present, metrics.jsonl gzipped, the verifiers'
+    records of their final evaluation (`verifications/`), COMMAND when given, and with `model` that model directory's files but its optimizer, under
     dest/<the model directory's name>.
 
     Raises:

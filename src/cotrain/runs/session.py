@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cotrain import dist
 from cotrain.config import RunConfig, TrainConfig
-from cotrain.eval.evaluate import evaluate_generator, sample_records
+from cotrain.eval.evaluate import evaluate_generator, sample_records, take_outcomes
 from cotrain.models.build import load_weights
 from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
 from cotrain.registry import RECIPES
@@ -180,7 +180,9 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     others = {role: (dist.plain_copy(m), tok) for role, (m, tok) in (other_models or {}).items()}
     dist.on_main(_save_final, session.run_dir, dist.plain_copy(model), tokenizer, others)
     results = {"generator": generator_results if generator_results is not None else
-               evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n, **cfg.eval_settings())}
+               evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n, outcomes=True,
+                                  **cfg.eval_settings())}
+    outcomes = take_outcomes(results["generator"])  # each problem's greedy outcome: `outcomes.json`, not eval.json
     results.update(other_results or {})
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
     row.update({f"eval/{role}/{split}/{k}": v for role, splits in (other_results or {}).items()
@@ -188,6 +190,8 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     session.logger.log(step, row)
     _record_samples(session, model, tokenizer, task, others.get("verifier"), step)
     session.logger.close()
+    if outcomes:
+        dist.on_main(write_json_atomic, session.run_dir / "outcomes.json", outcomes)
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
     if dist.is_main() and cfg.log.plots:
