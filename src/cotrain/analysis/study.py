@@ -364,9 +364,9 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     so an arm that collapses on one seed does not set it), the seeds a paired 95% interval of ±2 and ±5 points
     then needs (the minimum criterion's margin at a tie, the good criterion's at a lead of +5), and how much of
     the spread the final evaluation's own draw of problems can make (`evaluation_sd`). "" where no arm has two
-    such seeds. Where both runs of such pairs kept each problem's outcome on the same problems (`outcomes.json`),
-    it also gives that part as measured problem by problem (`paired_evaluation_sd`, its root mean square over
-    the pairs), and the seeds ±2 would need without it."""
+    such seeds. Where both runs of such pairs (an arm's single seed's too) kept each problem's outcome on the same
+    problems (`outcomes.json`), it also gives that part as measured problem by problem (`paired_evaluation_sd`,
+    its root mean square over the pairs), and the seeds ±2 would need without it."""
     twins, groups, finals, problems, measured = baseline_twins(arms), [], [], [], []
     for arm, runs in arms.items():
         pairing = None if arm in twins else _grpo_pairing(arms, arm, split)
@@ -375,12 +375,12 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
         base, mine, home = pairing
         names = home_baseline(arms, arm, split)[1] if home else {}
         seeds = [s for s in sorted(mine) if home or _alike(runs[s], arms[BASELINE][s])]
+        pairs = [_problem_by_problem(arms[names.get(s, BASELINE)][s], runs[s], split) for s in seeds]
+        measured += [x for x in pairs if x is not None]  # the evaluation's part: any pair tells it, one seed or more
         if len(seeds) >= 2:
             groups.append([POINTS * (mine[s] - base[s]) for s in seeds])
             finals += [mine[s] for s in seeds] + [base[s] for s in seeds]
             problems += [runs[s].eval["generator"][split].get("n") for s in seeds]
-            pairs = [_problem_by_problem(arms[names.get(s, BASELINE)][s], runs[s], split) for s in seeds]
-            measured += [x for x in pairs if x is not None]
     if not groups:
         return ""
     sds = [statistics.stdev(g) for g in groups]
