@@ -205,6 +205,25 @@ def test_demo_contract(tmp_path, capsys, monkeypatch):
     assert "demo results" in printed and "documented (" not in printed
 
 
+def test_the_demos_interval_pairs_the_runs_problem_by_problem_by_hand(tmp_path):
+    """grpo right on the first 5 of 10 problems, tango on the first 6: +10 points. Paired problem by problem the
+    differences are one 1 and nine 0s, sample variance (0.9^2 + 9 x 0.1^2) / 9 = 0.1, sd over sqrt(10) 0.1,
+    half-width 1.96 x 0.1 = 0.196: [-9.6, +29.6]. Without the outcomes, as if the errors were unrelated:
+    sqrt((0.25 + 0.24) / 10) = 0.2214, half-width 0.4339: [-33.4, +53.4]."""
+    from cotrain.cli import _demo_findings
+
+    for name, right in (("grpo", "1111100000"), ("tango", "1111110000")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "outcomes.json").write_text(json.dumps({"test": {"correct": right, "questions_sha256": "q"}}))
+    acc = {"grpo": [0.5], "tango": [0.6]}
+    line = _demo_findings(tmp_path / "tango", "grpo", "tango", acc, ["test"], 10, 2, 0)[1]
+    assert line.startswith("tango − grpo on test: +10.0 points [-9.6, +29.6] (0.500 → 0.600): neither ahead")
+    assert "paired problem by problem" in line
+    (tmp_path / "grpo" / "outcomes.json").write_text(json.dumps({"test": {"correct": "1111100000", "questions_sha256": "r"}}))
+    line = _demo_findings(tmp_path / "tango", "grpo", "tango", acc, ["test"], 10, 2, 0)[1]  # other problems: unpaired
+    assert line.startswith("tango − grpo on test: +10.0 points [-33.4, +53.4]") and "paired" not in line
+
+
 def test_demo_without_its_starts_says_how_to_make_them(tmp_path, monkeypatch, capsys):
     """Where the committed starts cannot be found (an installed package, elsewhere), one line names them and
     the option that makes them, exit code 2."""

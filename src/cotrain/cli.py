@@ -272,9 +272,18 @@ def _demo_stage(name: str, raw: dict, out: Path, starts: dict, args, overrides: 
 def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[str], n: int, steps: int,
                    seed: int) -> list[str]:
     """The demo's result in words: what was compared, on which machine, and the arm's difference from the
-    baseline on each split with its interval (one seed: over the problems, `stats.difference_ci95`)."""
-    from cotrain.stats import difference_ci95
+    baseline on each split with its interval (one seed: over the problems, paired problem by problem where
+    both runs kept each problem's outcome on the same problems (`stats.paired_evaluation_sd`), else as if
+    their errors were unrelated (`stats.difference_ci95`, wider)). The baseline's run is arm_dir's sibling."""
+    from cotrain.stats import difference_ci95, paired_evaluation_sd
 
+    def outcomes(run: Path) -> dict:
+        try:
+            return json.loads((run / "outcomes.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    kept = {base: outcomes(arm_dir.parent / base), arm: outcomes(arm_dir)}
     env = json.loads((arm_dir / "env.json").read_text()) if (arm_dir / "env.json").is_file() else {}
     machine = f"{env.get('cpu', '?')} ({env.get('cpu_capability', '?')}, family/model {env.get('cpu_family_model', '?')})"
     precision = "bf16 autocast" if env.get("precision", {}).get("bf16_autocast") else "fp32"
@@ -282,10 +291,17 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
              f"greedy pass@1 on {n} held-out problems a split; on {machine}, {precision}."]
     for i, split in enumerate(splits):
         d, lo, hi = difference_ci95(acc[base][i], acc[arm][i], n)
+        a, b = kept[base].get(split) or {}, kept[arm].get(split) or {}
+        paired = bool(a) and a.get("questions_sha256") == b.get("questions_sha256") and len(a.get("correct", "")) == n == len(
+            b.get("correct", "")) and n >= 2
+        if paired:  # the two runs' outcomes problem by problem: the interval of the paired difference, narrower
+            half = 1.959964 * paired_evaluation_sd(a["correct"], b["correct"])
+            lo, hi = d - half, d + half
         verdict = (f"{arm} ahead" if lo > 0 else f"{base} ahead" if hi < 0 else "neither ahead (the interval holds 0)")
         lines.append(f"{arm} − {base} on {split}: {100 * d:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] "
-                     f"({acc[base][i]:.3f} → {acc[arm][i]:.3f}): {verdict}; 95% over the problems of this one seed, "
-                     "another seed lands elsewhere (the result over seeds: below)")
+                     f"({acc[base][i]:.3f} → {acc[arm][i]:.3f}): {verdict}; 95% over the problems of this one seed"
+                     f"{', paired problem by problem' if paired else ''}, another seed lands elsewhere (the result over "
+                     "seeds: below)")
     return lines
 
 
