@@ -65,6 +65,22 @@ def test_archive_of_a_directory_that_is_no_run_is_one_line_and_exit_2(tmp_path, 
     assert len(err) == 1 and "not a run directory" in err[0]
 
 
+@pytest.mark.parametrize("name, content, said", [
+    ("outcomes.json", b"[1, 0]", "must hold a JSON object"),
+    ("outcomes.json", b'{"test": {"correct": "01", ', "is not JSON"),
+    ("outcomes.json", b'{"test": "caf\xe9"}', "not UTF-8"),
+    ("outcomes.json", b"[" * 100_000 + b"]" * 100_000, "is not JSON"),
+    ("eval.json", b"", "is not JSON"),
+    ("env.json", b'"x"', "must hold a JSON object"),
+])
+def test_a_study_with_an_unreadable_run_file_is_one_line_and_exit_2(tmp_path, capsys, name, content, said):
+    _write_runs(tmp_path, [("grpo", 0, 0.2, "recipe: grpo\n", BF16)], 0.2)
+    (tmp_path / "grpo" / "seed0" / name).write_bytes(content)
+    assert main(["study", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and name in err[0], err
+
+
 def test_steps_to_reach():
     assert steps_to_reach([0, 10, 20], [0.1, 0.3, 0.5], 0.3) == 10
     assert steps_to_reach([0, 10, 20], [0.1, 0.3, 0.5], 0.6) is None
@@ -669,9 +685,9 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
     Problem by problem: grpo gets its first 40 of 200 right, a's seeds their first 44, 52 and 60, so they differ
     on 4, 12 and 20 problems, each by +1: the differences' sample variances (4 x 0.98^2 + 196 x 0.02^2) / 199 =
     0.019698, (12 x 0.94^2 + 188 x 0.06^2) / 199 = 0.056683 and (20 x 0.9^2 + 180 x 0.1^2) / 199 = 0.090452, over
-    200 problems: sds 0.992, 1.684 and 2.127 points; with d's 3.248, their root mean square sqrt((0.985 + 2.834 +
-    4.523 + 10.553) / 4) = 2.173. The rest sqrt(23.314 - 4.724) = 4.312: ±2 needs t / sqrt(n) <= 0.4638: 2.093 /
-    4.472 = 0.4680 on 20, 2.086 / 4.583 = 0.4552 on 21."""
+    200 problems: sds 0.992, 1.684 and 2.127 points; their root mean square sqrt((0.985 + 2.834 + 4.523) / 3) =
+    1.667. The rest sqrt(23.314 - 2.780) = 4.531: ±2 needs t / sqrt(n) <= 0.4414: 2.080 / 4.690 = 0.4435 on 22,
+    2.074 / 4.796 = 0.4324 on 23."""
     study = tmp_path / "study"
     tango = "recipe: tango\n"
     runs = [*[("grpo", s, 0.20, "recipe: grpo\n", BF16) for s in (0, 1, 2)],
@@ -691,17 +707,20 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
                     "were all of that gone, ±2 would still need 10 seeds.")
     assert text in build_study(study)
     assert resolution(load_study(study), "ood") == ""  # no run was evaluated there
-    # each problem's outcome kept by grpo's and a's three seeds, by b's first (on other problems: not paired) and by
-    # d's one seed (0.90: 180 right, d's +0.70 is no seed-to-seed spread but 140 problems' draw: sd of 140 ones and
-    # 60 zeros sqrt((140 x 0.3^2 + 60 x 0.7^2) / 199) = 0.45941, over sqrt(200): 3.249 points)
+    # each problem's outcome kept by grpo's, grpo_fp32's and a's seeds, by b's first (on other problems: not paired)
+    # and by d's one seed (not counted: it has no spread of seeds to take a part of)
     for arm, s, test, _, _ in runs:
-        if arm in ("grpo", "a", "d") or (arm, s) == ("b", 0):
+        if arm in ("grpo", "grpo_fp32", "a", "d") or (arm, s) == ("b", 0):
             right = round(test * 200)
             (study / arm / f"seed{s}" / "outcomes.json").write_text(json.dumps({"test": {
                 "correct": "1" * right + "0" * (200 - right), "questions_sha256": "other" if arm == "b" else "same"}}))
     assert resolution(load_study(study)).endswith(
-        "were all of that gone, ±2 would still need 10 seeds. Measured problem by problem on the 4 pairs that kept each "
-        "problem's outcome, it moves them by 2.2; without it, ±2 would need 21 seeds.")
+        "were all of that gone, ±2 would still need 10 seeds. Measured problem by problem on the 3 pairs that kept each "
+        "problem's outcome, it moves them by 1.7; without it, ±2 would need 23 seeds.")
+    # an outcomes.json of another evaluation (a stale one: 45 right where eval.json counts 44) is not read
+    (study / "a" / "seed0" / "outcomes.json").write_text(json.dumps({"test": {
+        "correct": "1" * 45 + "0" * 155, "questions_sha256": "same"}}))
+    assert "on the 2 pairs that kept" in resolution(load_study(study))
     for arm, s, test, _, _ in runs:  # on 10 problems: 100 sqrt(2 x 0.194 x 0.806 / 10) = 17.7, more than the spread
         (study / arm / f"seed{s}" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test, "n": 10}}}))
     assert resolution(load_study(study)).endswith("by up to 17.7 (two models near the mean pass@1 0.19 whose errors are "

@@ -275,12 +275,13 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
     baseline on each split with its interval (one seed: over the problems, paired problem by problem where
     both runs kept each problem's outcome on the same problems (`stats.paired_evaluation_sd`), else as if
     their errors were unrelated (`stats.difference_ci95`, wider)). The baseline's run is arm_dir's sibling."""
+    from cotrain.analysis.study import read_outcomes
     from cotrain.stats import difference_ci95, paired_evaluation_sd
 
     def outcomes(run: Path) -> dict:
         try:
-            return json.loads((run / "outcomes.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            return read_outcomes(run)
+        except UserError:  # unreadable: the interval as if unpaired
             return {}
 
     kept = {base: outcomes(arm_dir.parent / base), arm: outcomes(arm_dir)}
@@ -292,8 +293,8 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
     for i, split in enumerate(splits):
         d, lo, hi = difference_ci95(acc[base][i], acc[arm][i], n)
         a, b = kept[base].get(split) or {}, kept[arm].get(split) or {}
-        paired = bool(a) and a.get("questions_sha256") == b.get("questions_sha256") and len(a.get("correct", "")) == n == len(
-            b.get("correct", "")) and n >= 2
+        paired = bool(a) and bool(b) and a["questions_sha256"] == b["questions_sha256"] and len(a["correct"]) == n == len(
+            b["correct"]) and n >= 2
         if paired:  # the two runs' outcomes problem by problem: the interval of the paired difference, narrower
             half = 1.959964 * paired_evaluation_sd(a["correct"], b["correct"])
             lo, hi = d - half, d + half

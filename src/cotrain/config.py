@@ -6,6 +6,7 @@ raises `UserError` with one line that says how to fix it (unknown keys name the 
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -919,6 +920,22 @@ def read_yaml_mapping(path: Path, what: str) -> dict:
         raise UserError(f"bad YAML in {path}{where}: {getattr(err, 'problem', None) or err}") from None
     if not isinstance(raw, dict):
         raise UserError(f"{what} {path} must be a YAML mapping at the top level")
+    return raw
+
+
+def read_json_mapping(path: Path, what: str) -> dict:
+    """A JSON file that must hold an object (a run's eval.json, env.json, outcomes.json); every problem is a
+    one-line UserError naming `what`."""
+    try:
+        raw = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
+    except OSError as err:
+        raise UserError(f"{what} {path} does not open: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.object[err.start]:#04x} at {err.start})") from None
+    except (ValueError, RecursionError) as err:
+        raise UserError(f"{what} {path} is not JSON: {_unreadable(err) if isinstance(err, RecursionError) else err}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{what} {path} must hold a JSON object at the top level")
     return raw
 
 

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cotrain.analysis.plot import load_metrics
-from cotrain.config import RENAMED_SECTIONS, build_config, read_yaml_mapping
+from cotrain.config import RENAMED_SECTIONS, build_config, read_json_mapping, read_yaml_mapping
 from cotrain.errors import UserError
+from cotrain.eval.metrics import wilson_interval
 from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
 from cotrain.stats import (POINTS, Criterion, Paired, auto_criteria, ceiling_share, evaluation_sd, interval, mean_ci95,
@@ -74,8 +75,23 @@ class Run:
         return sum(late) / len(late) if late else None
 
 
+def read_outcomes(run_dir: Path) -> dict[str, dict]:
+    """A run's outcomes.json, {split: {"correct": "0110…", "questions_sha256": …}}, less any split whose entry
+    is not that; {} where the run kept none.
+
+    Raises:
+        UserError: the file is not a JSON object (one line).
+    """
+    path = Path(run_dir) / "outcomes.json"
+    if not path.is_file():
+        return {}
+    return {split: o for split, o in read_json_mapping(path, "the run's outcomes").items() if isinstance(o, dict)
+            and isinstance(o.get("correct"), str) and set(o["correct"]) <= {"0", "1"}
+            and isinstance(o.get("questions_sha256"), str)}
+
+
 def load_run(run_dir: Path) -> Run:
-    run = Run(json.loads((run_dir / "eval.json").read_text(encoding="utf-8")))
+    run = Run(read_json_mapping(run_dir / "eval.json", "the run's eval.json"))
     flops, sampled, alphas, trusts = 0.0, 0.0, [], []
     for row in load_metrics(run_dir):
         flops = row.get("flops/total", flops)
@@ -112,14 +128,10 @@ def load_run(run_dir: Path) -> Run:
         if uses is not None and uses.step_verdicts and process is not None:
             run.process = tuple(str(process.get(k, default)) for k, default in
                                 (("credit", "to_go"), ("alpha", 0.1), ("alpha_schedule", "exp"), ("process_groups", "all")))
-    kept = run_dir / "outcomes.json"
-    if kept.is_file():
-        outcomes = json.loads(kept.read_text(encoding="utf-8"))
-        run.outcomes = {split: o for split, o in outcomes.items() if isinstance(o, dict)
-                        and isinstance(o.get("correct"), str) and set(o["correct"]) <= {"0", "1"}}
+    run.outcomes = read_outcomes(run_dir)
     env = run_dir / "env.json"
     if env.is_file():
-        e = json.loads(env.read_text(encoding="utf-8"))
+        e = read_json_mapping(env, "the run's env.json")
         autocast = (e.get("precision") or {}).get("bf16_autocast")
         family = f" {e['cpu_family_model']}" if e.get("cpu_family_model") else ""
         run.cpu = f"{e.get('cpu', '?')}{family} ({e.get('cpu_capability', '?')}" + (
@@ -364,9 +376,9 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     so an arm that collapses on one seed does not set it), the seeds a paired 95% interval of ±2 and ±5 points
     then needs (the minimum criterion's margin at a tie, the good criterion's at a lead of +5), and how much of
     the spread the final evaluation's own draw of problems can make (`evaluation_sd`). "" where no arm has two
-    such seeds. Where both runs of such pairs (an arm's single seed's too) kept each problem's outcome on the same
-    problems (`outcomes.json`), it also gives that part as measured problem by problem (`paired_evaluation_sd`,
-    its root mean square over the pairs), and the seeds ±2 would need without it."""
+    such seeds. Where both runs of such pairs kept each problem's outcome on the same problems (`outcomes.json`),
+    it also gives that part as measured problem by problem (`paired_evaluation_sd`, its root mean square over
+    the pairs), and the seeds ±2 would need without it."""
     twins, groups, finals, problems, measured = baseline_twins(arms), [], [], [], []
     for arm, runs in arms.items():
         pairing = None if arm in twins else _grpo_pairing(arms, arm, split)
@@ -375,12 +387,12 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
         base, mine, home = pairing
         names = home_baseline(arms, arm, split)[1] if home else {}
         seeds = [s for s in sorted(mine) if home or _alike(runs[s], arms[BASELINE][s])]
-        pairs = [_problem_by_problem(arms[names.get(s, BASELINE)][s], runs[s], split) for s in seeds]
-        measured += [x for x in pairs if x is not None]  # the evaluation's part: any pair tells it, one seed or more
         if len(seeds) >= 2:
             groups.append([POINTS * (mine[s] - base[s]) for s in seeds])
             finals += [mine[s] for s in seeds] + [base[s] for s in seeds]
             problems += [runs[s].eval["generator"][split].get("n") for s in seeds]
+            pairs = [_problem_by_problem(arms[names.get(s, BASELINE)][s], runs[s], split) for s in seeds]
+            measured += [x for x in pairs if x is not None]
     if not groups:
         return ""
     sds = [statistics.stdev(g) for g in groups]
@@ -413,13 +425,25 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     return text
 
 
+def _agrees(correct: str, run: Run, split: str) -> bool:
+    """Whether per-problem outcomes are those of the run's final evaluation of `split`: as many problems, and as
+    many right as its Wilson interval counts (or, without one, as its pass@1 does)."""
+    metrics = run.eval.get("generator", {}).get(split, {})
+    hits, n = correct.count("1"), len(correct)
+    if n != metrics.get("n") or n == 0:
+        return False
+    if isinstance(metrics.get("pass@1_ci95_lo"), (int, float)):
+        return math.isclose(wilson_interval(hits, n)[0], metrics["pass@1_ci95_lo"], abs_tol=1e-9)
+    return isinstance(metrics.get("pass@1"), (int, float)) and math.isclose(hits / n, metrics["pass@1"], abs_tol=1e-9)
+
+
 def _problem_by_problem(base: Run, run: Run, split: str) -> float | None:
     """How far the draw of problems moves the pair's difference (points), read from both runs' per-problem
-    outcomes of `split` (`paired_evaluation_sd`); None unless both kept them on the same problems, as many as
-    their eval.json counts."""
+    outcomes of `split` (`paired_evaluation_sd`); None unless both kept them on the same problems and each
+    agrees with its eval.json (a stale outcomes.json beside a newer evaluation is not read)."""
     a, b = base.outcomes.get(split), run.outcomes.get(split)
-    if not a or not b or a.get("questions_sha256") != b.get("questions_sha256") or not (
-            len(a["correct"]) == len(b["correct"]) == run.eval["generator"][split].get("n")):
+    if not a or not b or a["questions_sha256"] != b["questions_sha256"] or not (
+            _agrees(a["correct"], base, split) and _agrees(b["correct"], run, split)):
         return None
     sd = paired_evaluation_sd(a["correct"], b["correct"])
     return None if math.isnan(sd) else POINTS * sd

@@ -50,6 +50,8 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
         if (run_dir / name).is_file():
             shutil.copyfile(run_dir / name, dest / name)
             written.append(dest / name)
+        elif name == "outcomes.json":  # an earlier archive's would be read as this run's
+            (dest / name).unlink(missing_ok=True)
     if (run_dir / "metrics.jsonl").is_file():
         gzip_file(run_dir / "metrics.jsonl", dest / "metrics.jsonl.gz")
         written.append(dest / "metrics.jsonl.gz")

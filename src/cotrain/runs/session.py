@@ -192,6 +192,8 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     session.logger.close()
     if outcomes:
         dist.on_main(write_json_atomic, session.run_dir / "outcomes.json", outcomes)
+    elif dist.is_main():  # a recipe that evaluates in its own way (mars) keeps none: no earlier file stays
+        (session.run_dir / "outcomes.json").unlink(missing_ok=True)
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
     if dist.is_main() and cfg.log.plots:
