@@ -275,8 +275,8 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
     baseline on each split with its interval (one seed: over the problems, paired problem by problem where
     both runs kept each problem's outcome on the same problems (`stats.paired_evaluation_sd`), else as if
     their errors were unrelated (`stats.difference_ci95`, wider)). The baseline's run is arm_dir's sibling."""
-    from cotrain.analysis.study import read_outcomes
-    from cotrain.stats import difference_ci95, paired_evaluation_sd
+    from cotrain.analysis.study import read_outcomes, same_problems
+    from cotrain.stats import Z975, difference_ci95, paired_evaluation_sd
 
     def outcomes(run: Path) -> dict:
         try:
@@ -292,11 +292,10 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
              f"greedy pass@1 on {n} held-out problems a split; on {machine}, {precision}."]
     for i, split in enumerate(splits):
         d, lo, hi = difference_ci95(acc[base][i], acc[arm][i], n)
-        a, b = kept[base].get(split) or {}, kept[arm].get(split) or {}
-        paired = bool(a) and bool(b) and a["questions_sha256"] == b["questions_sha256"] and len(a["correct"]) == n == len(
-            b["correct"]) and n >= 2
+        pair = same_problems(kept[base].get(split), kept[arm].get(split))
+        paired = pair is not None and len(pair[0]) == n >= 2
         if paired:  # the two runs' outcomes problem by problem: the interval of the paired difference, narrower
-            half = 1.959964 * paired_evaluation_sd(a["correct"], b["correct"])
+            half = Z975 * paired_evaluation_sd(*pair)
             lo, hi = d - half, d + half
         verdict = (f"{arm} ahead" if lo > 0 else f"{base} ahead" if hi < 0 else "neither ahead (the interval holds 0)")
         lines.append(f"{arm} − {base} on {split}: {100 * d:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] "

@@ -17,6 +17,10 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
+Z975 = 1.959964
+"""The normal's 97.5% quantile: a two-sided 95% interval over the problems of one evaluation."""
+
+
 def _t975(df: int) -> float:
     """The 97.5% quantile of Student's t with df degrees of freedom (df ≥ 1)."""
     return T975[df - 1] if df <= len(T975) else 1.96
@@ -196,7 +200,7 @@ def difference_ci95(p_a: float, p_b: float, n: int) -> tuple[float, float, float
     d = p_b - p_a
     if n <= 0:
         return d, math.nan, math.nan
-    half = 1.959964 * math.sqrt((p_a * (1 - p_a) + p_b * (1 - p_b)) / n)
+    half = Z975 * math.sqrt((p_a * (1 - p_a) + p_b * (1 - p_b)) / n)
     return d, d - half, d + half
 
 

@@ -441,12 +441,19 @@ def _problem_by_problem(base: Run, run: Run, split: str) -> float | None:
     """How far the draw of problems moves the pair's difference (points), read from both runs' per-problem
     outcomes of `split` (`paired_evaluation_sd`); None unless both kept them on the same problems and each
     agrees with its eval.json (a stale outcomes.json beside a newer evaluation is not read)."""
-    a, b = base.outcomes.get(split), run.outcomes.get(split)
-    if not a or not b or a["questions_sha256"] != b["questions_sha256"] or not (
-            _agrees(a["correct"], base, split) and _agrees(b["correct"], run, split)):
+    pair = same_problems(base.outcomes.get(split), run.outcomes.get(split))
+    if pair is None or not (_agrees(pair[0], base, split) and _agrees(pair[1], run, split)):
         return None
-    sd = paired_evaluation_sd(a["correct"], b["correct"])
+    sd = paired_evaluation_sd(*pair)
     return None if math.isnan(sd) else POINTS * sd
+
+
+def same_problems(a: dict | None, b: dict | None) -> tuple[str, str] | None:
+    """The two runs' per-problem outcomes of one split (`read_outcomes` entries) as ("0110…", "1010…") where
+    they were evaluated on the same problems (equal hashes and counts); None where either has none or they differ."""
+    if not a or not b or a["questions_sha256"] != b["questions_sha256"] or len(a["correct"]) != len(b["correct"]):
+        return None
+    return a["correct"], b["correct"]
 
 
 def _alike(a: Run, b: Run) -> bool:

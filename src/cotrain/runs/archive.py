@@ -33,8 +33,8 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
                 model: str | Path | None = None) -> list[Path]:
     """Copy what a study keeps of a run into `dest` (created): its config.yaml, env.json, eval.json and
     outcomes.json (each problem's final greedy outcome) when present, metrics.jsonl gzipped, the verifiers'
-    records of their final evaluation (`verifications/`), COMMAND when given, and with `model` that model directory's files but its optimizer, under
-    dest/<the model directory's name>.
+    records of their final evaluation (`verifications/`), COMMAND when given, and with `model` that model
+    directory's files but its optimizer, under dest/<the model directory's name>.
 
     Raises:
         UserError: `run_dir` holds no config.yaml, or `model` is not a model directory.
