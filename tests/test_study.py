@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import (build_start, build_study, difference_rows, load_study, mean_curve, resolution, steps_to_reach,
-                                    study_criteria)
+from cotrain.analysis.study import (build_start, build_study, difference_rows, larger_table, load_study, mean_curve, resolution,
+                                    steps_to_reach, study_criteria)
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 from cotrain.runs.rundir import write_jsonl_gz_atomic
@@ -57,6 +57,22 @@ def test_archive_keeps_results_gzipped_and_a_start_without_its_optimizer(tmp_pat
     assert gzip.decompress((tmp_path / "a" / "metrics.jsonl.gz").read_bytes()) == (run / "metrics.jsonl").read_bytes()
     # the same file gives the same bytes (no name or time in the gzip header)
     assert (tmp_path / "a" / "metrics.jsonl.gz").read_bytes() == (tmp_path / "b" / "metrics.jsonl.gz").read_bytes()
+
+
+def test_archive_keeps_a_larger_evaluation_of_the_same_final_model_and_drops_one_of_another(tmp_path):
+    run = _fake_run(tmp_path / "run", 0.5, 0.1, [0.1, 0.2, 0.3])
+    (run / "larger").mkdir()
+    for name in ("eval.json", "outcomes.json", "COMMAND"):
+        (run / "larger" / name).write_text(name)
+    archive_run(run, tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "a" / "larger").iterdir()) == ["COMMAND", "eval.json", "outcomes.json"]
+    for name in ("eval.json", "outcomes.json", "COMMAND"):
+        (run / "larger" / name).unlink()
+    archive_run(run, tmp_path / "a")  # the same run archived again: its final model is the one evaluated
+    assert (tmp_path / "a" / "larger" / "eval.json").read_text() == "eval.json"
+    (run / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": 0.4}}}))
+    archive_run(run, tmp_path / "a")  # another final evaluation: the larger one evaluated another model
+    assert not (tmp_path / "a" / "larger").exists()
 
 
 def test_archive_of_a_directory_that_is_no_run_is_one_line_and_exit_2(tmp_path, capsys):
@@ -725,3 +741,44 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
         (study / arm / f"seed{s}" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test, "n": 10}}}))
     assert resolution(load_study(study)).endswith("by up to 17.7 (two models near the mean pass@1 0.19 whose errors are "
                                                   "unrelated): as much as the whole spread.")
+
+
+def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_path):
+    """grpo ran seeds 0-1 in bf16 (0.20 on 200 problems), grpo_fp32 seed 0 on the AVX2 machine (0.10). `a` ran seeds
+    0-1 beside grpo (0.22, 0.26: +2, +6), `b` seed 0 on the AVX2 machine (0.14: +4 over grpo_fp32). Each final
+    model again on 10 problems: grpo's both 1100000000 (0.2), grpo_fp32's 1100000000, a's 1110000000 (0.3) and
+    0111100000 (0.4), b's 1000000000 (0.1).
+
+    a seed 0: per-problem differences one +1 and nine 0, mean 0.1, sample variance (0.9^2 + 9 x 0.1^2) / 9 = 0.1,
+    over 10 problems sd sqrt(0.01) = 0.1: +10 ± 1.96 x 10 = [-9.6, +29.6]. a seed 1: -1, 0, +1, +1, +1, 0 x 5,
+    mean 0.2, variance (1.2^2 + 0.2^2 + 3 x 0.8^2 + 5 x 0.2^2) / 9 = 3.6 / 9 = 0.4, sd sqrt(0.04) = 0.2: +20 ± 39.2.
+    b seed 0 against grpo_fp32 (its own machine kind): one -1, -10 ± 19.6. Over a's two seeds: +10, +20, mean 15,
+    sd 7.071, t(1) 12.706 x 7.071 / 1.414 = 63.5: [-48.5, +78.5]; on the runs' own +2, +6: 4 ± 25.4.
+    `c`'s larger evaluation is of other problems (another hash), `d`'s disagrees with its eval.json (stale): no rows."""
+    study = tmp_path / "study"
+    tango = "recipe: tango\n"
+    runs = [*[("grpo", s, 0.20, "recipe: grpo\n", BF16) for s in (0, 1)],
+            ("grpo_fp32", 0, 0.10, "recipe: grpo\ntrain: {bf16: false}\n", FP32),
+            ("a", 0, 0.22, tango, BF16), ("a", 1, 0.26, tango, BF16), ("b", 0, 0.14, tango, FP32),
+            ("c", 0, 0.30, tango, BF16), ("d", 0, 0.30, tango, BF16)]
+    _write_runs(study, runs, 0.2)
+    assert larger_table(load_study(study)) == ""  # no run was evaluated again
+    again = {("grpo", 0): "1100000000", ("grpo", 1): "1100000000", ("grpo_fp32", 0): "1100000000",
+             ("a", 0): "1110000000", ("a", 1): "0111100000", ("b", 0): "1000000000", ("c", 0): "1110000000",
+             ("d", 0): "1110000000"}
+    for arm, s, test, _, _ in runs:
+        (study / arm / f"seed{s}" / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": test, "n": 200}}}))
+        larger, correct = study / arm / f"seed{s}" / "larger", again[arm, s]
+        larger.mkdir()
+        hits = 4 if arm == "d" else correct.count("1")  # d's eval.json counts another evaluation than its outcomes
+        (larger / "eval.json").write_text(json.dumps({"generator": {"test": {"pass@1": hits / 10, "n": 10}}}))
+        (larger / "outcomes.json").write_text(json.dumps({"test": {
+            "correct": correct, "questions_sha256": "other" if arm == "c" else "same"}}))
+    text = larger_table(load_study(study))
+    assert text.splitlines()[2:] == [
+        "| a | 0 | grpo | +2.0 (200) | 0.200 → 0.300 | +10.0 [-9.6, +29.6] (10) |",
+        "| a | 1 | grpo | +6.0 (200) | 0.200 → 0.400 | +20.0 [-19.2, +59.2] (10) |",
+        "| b | 0 | grpo_fp32 | +4.0 (200) | 0.200 → 0.100 | -10.0 [-29.6, +9.6] (10) |",
+        "",
+        "- a, over seeds 0, 1: +15.0 [-48.5, +78.5] (n=2) on the larger evaluation, +4.0 [-21.4, +29.4] (n=2) on the runs' own"]
+    assert text in build_study(study)

@@ -499,9 +499,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "checkpoint's run recorded in its config.yaml, with its options)"))
     e.add_argument("--splits", help="comma-separated splits (default: test,ood)")
     e.add_argument("--n", type=int, help="problems per split")
-    e.add_argument("--out", help="write the results to this JSON file")
+    e.add_argument("--out", help=("write the results to this JSON file (its folder made); a run's final model "
+                                  "evaluated again on more problems goes to RUN/larger/eval.json, which `cotrain study` reads"))
     e.add_argument("--outcomes", help=("write each problem's greedy outcome to this JSON file, as a run's outcomes.json "
-                                       "(a finished run evaluated again pairs problem by problem in `cotrain study`)"))
+                                       "(RUN/larger/outcomes.json beside a larger evaluation: `cotrain study` pairs it "
+                                       "problem by problem)"))
     e.add_argument("--bon", help=("best-of-N against N, e.g. 1,4,16,64: each --verifier's pick of N samples beside a "
                                   "random pick, majority voting and the oracle pass@N, the samples drawn once"))
     e.add_argument("--verifier", action="append", help=("a verifier ([NAME=]run dir, checkpoint or model dir) to judge the checkpoint's "

@@ -10,7 +10,10 @@ warmed up once and committed as `<study>/starts/warm/verifier` is a cost the run
 log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`) to their warm-up. An arm
 whose runs are grpo's but for their precision (`train.bf16`, e.g. `grpo_fp32`) is GRPO run on another machine
 kind: a seed of an arm that ran on another machine kind than grpo's is paired with it as well, below the table,
-and the plan's criteria read that pairing where it covers every seed the plain one does.
+and the plan's criteria read that pairing where it covers every seed the plain one does. A run may also keep its
+final model evaluated again on more problems, `<arm>/seed<S>/larger/{eval.json, outcomes.json}` (`cotrain eval
+... --out .../larger/eval.json --outcomes .../larger/outcomes.json`): the study reads each seed's pair there too,
+problem by problem, where both runs of the pair have one on the same problems (`larger_table`).
 
     cotrain study results/<study>        prints the table, writes <study>/table.md, <study>/curves.png and
                                          <study>/differences.png (each arm's paired difference with grpo)
@@ -31,13 +34,14 @@ from cotrain.errors import UserError
 from cotrain.eval.metrics import wilson_interval
 from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
-from cotrain.stats import (POINTS, Criterion, Paired, auto_criteria, ceiling_share, evaluation_sd, interval, mean_ci95,
+from cotrain.stats import (POINTS, Z975, Criterion, Paired, auto_criteria, ceiling_share, evaluation_sd, interval, mean_ci95,
                            paired_difference, paired_evaluation_sd, plan_criteria, seeds_needed)
 
 BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, "eval/test/pass@1"
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
 SAMPLED = "tokens/gen_generated_total"  # the tokens the generator sampled: "samples drawn", in tokens
 AUTO, SCHEDULE = STUDY.auto, STUDY.schedule  # `cotraining.alpha: auto` and the paper's schedule (auto_criteria)
+LARGER = "larger"  # <run>/larger/: the run's final model evaluated again on more problems (eval.json, outcomes.json)
 
 
 @dataclass
@@ -63,6 +67,7 @@ class Run:
     process: tuple = ()                                # tango's process term: (credit, α, α schedule, groups)
     setting: dict = field(default_factory=dict)        # its resolved config (`run_setting`); {} where unreadable
     outcomes: dict = field(default_factory=dict)       # outcomes.json: {split: {"correct": "0110…", "questions_sha256"}}
+    larger: Run | None = None                          # larger/: its final model evaluated again on more problems
 
     def final(self, split: str) -> float | None:
         return self.eval.get("generator", {}).get(split, {}).get("pass@1")
@@ -129,6 +134,9 @@ def load_run(run_dir: Path) -> Run:
             run.process = tuple(str(process.get(k, default)) for k, default in
                                 (("credit", "to_go"), ("alpha", 0.1), ("alpha_schedule", "exp"), ("process_groups", "all")))
     run.outcomes = read_outcomes(run_dir)
+    if (run_dir / LARGER / "eval.json").is_file():
+        run.larger = Run(read_json_mapping(run_dir / LARGER / "eval.json", "the run's larger evaluation"),
+                         outcomes=read_outcomes(run_dir / LARGER))
     env = run_dir / "env.json"
     if env.is_file():
         e = read_json_mapping(env, "the run's env.json")
@@ -359,6 +367,17 @@ def _grpo_pairing(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tupl
     return {s: home[s] for s in seeds}, {s: mine[s] for s in seeds}, f" ({HOME})"
 
 
+def _paired_runs(arms: dict[str, dict[int, Run]], arm: str, split: str) -> dict[int, tuple[str, Run]]:
+    """{seed: (the GRPO arm, its run)} that `_grpo_pairing` pairs each of `arm`'s seeds with: GRPO's run on the
+    seed's own machine kind where the pairing says so (`home_baseline`), else grpo's own; {} where it pairs none."""
+    pairing = _grpo_pairing(arms, arm, split)
+    if pairing is None:
+        return {}
+    base, _, note = pairing
+    names = home_baseline(arms, arm, split)[1] if note else {}
+    return {s: (names.get(s, BASELINE), arms[names.get(s, BASELINE)][s]) for s in sorted(base)}
+
+
 def _vs_grpo(arms: dict[str, dict[int, Run]], arm: str, split: str) -> tuple[Paired | None, str]:
     """The paired difference the criteria read (`_grpo_pairing`), and the note for its figures. The study's
     table and its criteria read this pairing."""
@@ -385,13 +404,13 @@ def resolution(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
         if pairing is None:
             continue
         base, mine, home = pairing
-        names = home_baseline(arms, arm, split)[1] if home else {}
+        paired = _paired_runs(arms, arm, split)
         seeds = [s for s in sorted(mine) if home or _alike(runs[s], arms[BASELINE][s])]
         if len(seeds) >= 2:
             groups.append([POINTS * (mine[s] - base[s]) for s in seeds])
             finals += [mine[s] for s in seeds] + [base[s] for s in seeds]
             problems += [runs[s].eval["generator"][split].get("n") for s in seeds]
-            pairs = [_problem_by_problem(arms[names.get(s, BASELINE)][s], runs[s], split) for s in seeds]
+            pairs = [_problem_by_problem(paired[s][1], runs[s], split) for s in seeds]
             measured += [x for x in pairs if x is not None]
     if not groups:
         return ""
@@ -446,6 +465,52 @@ def _problem_by_problem(base: Run, run: Run, split: str) -> float | None:
         return None
     sd = paired_evaluation_sd(*pair)
     return None if math.isnan(sd) else POINTS * sd
+
+
+def _larger_pair(base: Run, run: Run, split: str) -> tuple[str, str] | None:
+    """The two runs' per-problem outcomes of `split` on their larger evaluations (`Run.larger`), as ("0110…",
+    "1010…"), where both have one on the same problems that agrees with its eval.json (`_agrees`); else None."""
+    if base.larger is None or run.larger is None:
+        return None
+    pair = same_problems(base.larger.outcomes.get(split), run.larger.outcomes.get(split))
+    if pair is None or not (_agrees(pair[0], base.larger, split) and _agrees(pair[1], run.larger, split)):
+        return None
+    return pair
+
+
+def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
+    """Each arm's seeds read again on their final models' larger evaluation (`Run.larger`): for every seed whose
+    run and the GRPO run the table pairs it with (`_paired_runs`) both hold one on the same problems
+    (`_larger_pair`), the arm − GRPO difference in points on the runs' own final evaluation and on the larger
+    one, with the larger one's 95% interval over its problems, paired problem by problem (z x
+    `paired_evaluation_sd`: it says nothing of another seed); under the table, an arm with two such seeds or
+    more gets the paired interval over them on both evaluations. "" where no pair has one (grpo and its twins,
+    `baseline_twins`, are the pairs' other half, not rows)."""
+    twins, rows, over = baseline_twins(arms), [], []
+    for arm, runs in arms.items():
+        if arm == BASELINE or arm in twins:
+            continue
+        own, again = ({}, {}), ({}, {})
+        for s, (name, base) in _paired_runs(arms, arm, split).items():
+            pair = _larger_pair(base, runs[s], split)
+            if pair is None or base.final(split) is None or runs[s].final(split) is None:
+                continue
+            for kept, b, a in ((own, base.final(split), runs[s].final(split)),
+                               (again, base.larger.final(split), runs[s].larger.final(split))):
+                kept[0][s], kept[1][s] = b, a
+            d, half = POINTS * (again[1][s] - again[0][s]), POINTS * Z975 * paired_evaluation_sd(*pair)
+            rows.append(f"| {arm} | {s} | {name} | {POINTS * (own[1][s] - own[0][s]):+.1f} "
+                        f"({base.eval['generator'][split].get('n', '?')}) | {again[0][s]:.3f} → {again[1][s]:.3f} | "
+                        f"{d:+.1f} [{d - half:+.1f}, {d + half:+.1f}] ({len(pair[0])}) |")
+        if len(again[0]) >= 2:
+            over.append(f"- {arm}, over seeds {', '.join(map(str, sorted(again[0])))}: "
+                        f"{paired_difference(*again, POINTS).text()} on the larger evaluation, "
+                        f"{paired_difference(*own, POINTS).text()} on the runs' own")
+    if not rows:
+        return ""
+    return "\n".join([f"| arm | seed | against | arm − GRPO, {split}, the runs' own final evaluation, points "
+                      f"(problems) | GRPO → arm, larger evaluation | arm − GRPO there, 95% over its problems "
+                      f"(problems) |", "|---|---|---|---|---|---|", *rows] + ([""] + over if over else []))
 
 
 def same_problems(a: dict | None, b: dict | None) -> tuple[str, str] | None:
@@ -881,6 +946,9 @@ def build_study(study_dir: str | Path) -> str:
                  "oracle under the same construction and α, seeds paired on one machine kind (Fieller's 95% interval):\n\n" + shares)
     if reach := resolution(arms):
         text += "\n\n" + reach
+    if again := larger_table(arms):
+        text += ("\n\nThe final models evaluated again on more problems (`<run>/larger/`), each seed against the GRPO "
+                 "run the table pairs it with:\n\n" + again)
     (study_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     plot_study(arms, study_dir / "curves.png", title=study_dir.name)
     plot_differences(arms, study_dir / "differences.png", title=study_dir.name)

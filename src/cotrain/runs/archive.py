@@ -5,7 +5,8 @@ Run directories are scratch (large checkpoints, optimizer states). A study keeps
     results/<study>/starts/<name>/     a start every arm shares: the model's weights and tokenizer (no
                                        optimizer), the run's config.yaml, env.json, eval.json, COMMAND
     results/<study>/<arm>/seed<S>/     a finished run: config.yaml, env.json, eval.json, metrics.jsonl.gz,
-                                       COMMAND
+                                       COMMAND, and larger/ where its final model was evaluated again on
+                                       more problems (eval.json, outcomes.json, COMMAND)
 
 `cotrain archive RUN_DIR DEST [--model ROLE_DIR]` writes either; `cotrain study results/<study>` builds
 the study's table and figures from them (analysis/study.py).
@@ -19,6 +20,7 @@ from pathlib import Path
 from cotrain.errors import UserError
 
 RUN_FILES = ("config.yaml", "env.json", "eval.json", "outcomes.json")
+LARGER, LARGER_FILES = "larger", ("eval.json", "outcomes.json", "COMMAND")  # the final model evaluated again
 MODEL_SKIP = ("optim.pt",)  # a start is weights and tokenizer; the optimizer belongs to the run that made it
 
 
@@ -33,8 +35,10 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
                 model: str | Path | None = None) -> list[Path]:
     """Copy what a study keeps of a run into `dest` (created): its config.yaml, env.json, eval.json and
     outcomes.json (each problem's final greedy outcome) when present, metrics.jsonl gzipped, the verifiers'
-    records of their final evaluation (`verifications/`), COMMAND when given, and with `model` that model
-    directory's files but its optimizer, under dest/<the model directory's name>.
+    records of their final evaluation (`verifications/`), the larger evaluation of its final model (`larger/`)
+    when present, COMMAND when given, and with `model` that model directory's files but its optimizer, under
+    dest/<the model directory's name>. A larger/ that dest kept of a run with another final evaluation is
+    removed: it evaluated another model.
 
     Raises:
         UserError: `run_dir` holds no config.yaml, or `model` is not a model directory.
@@ -45,6 +49,7 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
     if model is not None and not (Path(model) / "config.json").is_file():
         raise UserError(f"{model}: not a model directory (no config.json)")
     dest.mkdir(parents=True, exist_ok=True)
+    before = (dest / "eval.json").read_bytes() if (dest / "eval.json").is_file() else None
     written = []
     for name in RUN_FILES:
         if (run_dir / name).is_file():
@@ -59,6 +64,14 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
         (dest / "verifications").mkdir(exist_ok=True)
         shutil.copyfile(f, dest / "verifications" / f.name)
         written.append(dest / "verifications" / f.name)
+    if (run_dir / LARGER / "eval.json").is_file():
+        (dest / LARGER).mkdir(exist_ok=True)
+        for name in LARGER_FILES:
+            if (run_dir / LARGER / name).is_file():
+                shutil.copyfile(run_dir / LARGER / name, dest / LARGER / name)
+                written.append(dest / LARGER / name)
+    elif (dest / LARGER).is_dir() and before is not None and before != (dest / "eval.json").read_bytes():
+        shutil.rmtree(dest / LARGER)
     if command:
         (dest / "COMMAND").write_text(command.strip() + "\n", encoding="utf-8")
         written.append(dest / "COMMAND")

@@ -40,6 +40,7 @@ def prepare_run_dir(path: str | Path, resume: bool = False) -> Path:
 
 
 def write_json_atomic(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)
