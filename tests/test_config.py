@@ -38,6 +38,8 @@ def test_model_path_replaces_default_preset():
     # compiled decoding has no drafting
     ({}, ["rollout.compile=true", "rollout.draft_tokens=4"], "rollout.compile and rollout.draft_tokens cannot be combined"),
     ({}, ["verifier.compile=true", "verifier.draft_tokens=4"], "cannot be combined"),
+    # a larger final evaluation on no more problems than the final one
+    ({}, ["eval.n=200", "eval.larger_n=200"], "larger_n (200) must exceed n (200)"),
 ])
 def test_bad_configs_raise_one_clear_line(raw, overrides, message):
     with pytest.raises(UserError) as info:

@@ -54,7 +54,7 @@ def test_sft_learns_the_easy_world(tmp_path):
 
 def test_grpo_smoke_changes_parameters_and_logs_finite_metrics(sft_run, tmp_path):
     start, _ = sft_run
-    cfg = build_config(nano_config("grpo", init=str(start)))
+    cfg = build_config(nano_config("grpo", init=str(start), eval={"larger_n": 60}))
     grpo.run(cfg, tmp_path)
     before = _weights(start / "final" / "generator")
     after = _weights(tmp_path / "final" / "generator")
@@ -77,6 +77,14 @@ def test_grpo_smoke_changes_parameters_and_logs_finite_metrics(sft_run, tmp_path
     for split, o in kept.items():
         assert len(o["correct"]) == results[split]["n"] and set(o["correct"]) <= {"0", "1"} and len(o["questions_sha256"]) == 16
         assert o["correct"].count("1") / results[split]["n"] == pytest.approx(results[split]["pass@1"])
+    # eval.larger_n: the final model again on 60 problems, greedy alone, the first 40 the final evaluation's own
+    larger = json.loads((tmp_path / "larger" / "eval.json").read_text())["generator"]
+    again = json.loads((tmp_path / "larger" / "outcomes.json").read_text())
+    assert set(larger) == set(again) == set(results)
+    for split, o in again.items():
+        assert larger[split]["n"] == len(o["correct"]) == 60 and "pass@4" not in larger[split]
+        assert o["correct"].count("1") / 60 == pytest.approx(larger[split]["pass@1"])
+        assert o["correct"][:40] == kept[split]["correct"] and o["questions_sha256"] != kept[split]["questions_sha256"]
 
 
 @pytest.mark.parametrize("overrides", [

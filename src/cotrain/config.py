@@ -593,6 +593,17 @@ class EvalConfig(_Section):
     n_during: int = Field(200, ge=1, description="Problems of the first split evaluated during training.")
     at_start: bool = Field(False, description=(
         "Also evaluate during training before the first step (logged at step 0): curves start at the start."))
+    larger_n: int = Field(0, ge=0, description=(
+        "Also evaluate the final generator greedily on this many problems of each split, more than `n` (they "
+        "begin with those), into RUN/larger/ (eval.json, outcomes.json), which `cotrain study` pairs problem "
+        "by problem; it changes nothing the run trains or reports in eval.json (0: none)."))
+
+    @model_validator(mode="after")
+    def _larger(self):
+        if self.larger_n and self.larger_n <= self.n:
+            raise ValueError(f"larger_n ({self.larger_n}) must exceed n ({self.n}), the final evaluation's "
+                             "problems, or be 0")
+        return self
 
 
 class CheckpointConfig(_Section):

@@ -70,6 +70,7 @@ class StudyRoles:
     start: str = "sft"              # starts/<start>/eval.json: the start the arms share
     published: str = "model"        # ... or starts/<published>/eval.json: the published model, where no SFT start is
     best_of_n: str = "vstar"        # the recipe whose eval.json section holds best-of-N accuracies
+    larger: str = "larger"          # <run>/<larger>/: its final model evaluated again on more problems (eval.larger_n)
 
 
 STUDY = StudyRoles()

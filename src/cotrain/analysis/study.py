@@ -41,7 +41,7 @@ BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, 
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)
 SAMPLED = "tokens/gen_generated_total"  # the tokens the generator sampled: "samples drawn", in tokens
 AUTO, SCHEDULE = STUDY.auto, STUDY.schedule  # `cotraining.alpha: auto` and the paper's schedule (auto_criteria)
-LARGER = "larger"  # <run>/larger/: the run's final model evaluated again on more problems (eval.json, outcomes.json)
+LARGER = STUDY.larger  # <run>/larger/: the run's final model evaluated again on more problems
 
 
 @dataclass
@@ -147,7 +147,7 @@ def load_run(run_dir: Path) -> Run:
     return run
 
 
-PLACE = ("out_dir", "log.", "checkpoint.")  # where a run writes and what it reports: not what it trains
+PLACE = ("out_dir", "log.", "checkpoint.", "eval.larger_n")  # where a run writes and what it reports: not what it trains
 PRECISION = "train.bf16"
 
 

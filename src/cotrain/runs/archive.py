@@ -18,9 +18,10 @@ import shutil
 from pathlib import Path
 
 from cotrain.errors import UserError
+from cotrain.registry import STUDY
 
 RUN_FILES = ("config.yaml", "env.json", "eval.json", "outcomes.json")
-LARGER, LARGER_FILES = "larger", ("eval.json", "outcomes.json", "COMMAND")  # the final model evaluated again
+LARGER, LARGER_FILES = STUDY.larger, ("eval.json", "outcomes.json", "COMMAND")  # the final model evaluated again
 MODEL_SKIP = ("optim.pt",)  # a start is weights and tokenizer; the optimizer belongs to the run that made it
 
 

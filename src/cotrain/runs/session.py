@@ -15,7 +15,7 @@ from cotrain.config import RunConfig, TrainConfig
 from cotrain.eval.evaluate import evaluate_generator, sample_records, take_outcomes
 from cotrain.models.build import load_weights
 from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
-from cotrain.registry import RECIPES
+from cotrain.registry import RECIPES, STUDY
 from cotrain.runs.alarms import KEYS as ALARM_KEYS
 from cotrain.runs.alarms import alarms_due
 from cotrain.runs.rundir import (
@@ -194,6 +194,11 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
         dist.on_main(write_json_atomic, session.run_dir / "outcomes.json", outcomes)
     elif dist.is_main():  # a recipe that evaluates in its own way (mars) keeps none: no earlier file stays
         (session.run_dir / "outcomes.json").unlink(missing_ok=True)
+    if cfg.eval.larger_n and generator_results is None:  # the same model on more problems, greedy alone
+        larger = evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.larger_n, outcomes=True,
+                                    **{**cfg.eval_settings(), "k": 0, "n_sampled": 0})
+        dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
+        dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
     if dist.is_main() and cfg.log.plots:
