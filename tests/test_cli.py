@@ -339,8 +339,8 @@ def test_the_cli_explains_itself(capsys):
 
 
 def test_eval_reads_the_task_from_the_run_and_resume_of_a_finished_run_does_nothing(tmp_path, capsys):
-    """`cotrain eval RUN` without --task evaluates on the task (and options) the run recorded; `--resume`
-    on a finished run prints its results and returns at once, evaluating nothing again."""
+    """`cotrain eval RUN` without --task evaluates on the task (and options) the run recorded, in its evaluation
+    settings; `--resume` on a finished run prints its results and returns at once, evaluating nothing again."""
     import time
 
     raw = nano_config("sft", train={"steps": 2, "batch_size": 8}, eval={"splits": ["test"], "n": 8, "k": 0},
@@ -355,6 +355,11 @@ def test_eval_reads_the_task_from_the_run_and_resume_of_a_finished_run_does_noth
     assert "nothing to resume" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "run" / "final" / "generator"), "--n", "8", "eval.k=0"]) == 0
     assert json.loads(capsys.readouterr().out)["generator"]["test"]["n"] == 8
+    # without flags, as the run evaluates (its splits, n 8, no samples: k 0), not by the defaults (test and ood, 500, k 8)
+    assert main(["eval", str(tmp_path / "run")]) == 0
+    got = json.loads(capsys.readouterr().out)["generator"]
+    assert list(got) == ["test"] and got["test"]["n"] == 8 and "pass@8" not in got["test"] and "maj@8" not in got["test"]
+    assert got["test"]["pass@1"] == json.loads((tmp_path / "run" / "eval.json").read_text())["generator"]["test"]["pass@1"]
     assert main(["eval", str(tmp_path), "--n", "8"]) == 2 and "pass --task" in capsys.readouterr().err
 
 

@@ -77,14 +77,19 @@ def test_grpo_smoke_changes_parameters_and_logs_finite_metrics(sft_run, tmp_path
     for split, o in kept.items():
         assert len(o["correct"]) == results[split]["n"] and set(o["correct"]) <= {"0", "1"} and len(o["questions_sha256"]) == 16
         assert o["correct"].count("1") / results[split]["n"] == pytest.approx(results[split]["pass@1"])
-    # eval.larger_n: the final model again on 60 problems, greedy alone, the first 40 the final evaluation's own
+    # eval.larger_n: the final model again on 60 problems, greedy alone, the first 40 of them the final evaluation's
+    from cotrain.eval.evaluate import EVAL_SEED, questions_hash
+    from cotrain.train.setup import build_task
+
     larger = json.loads((tmp_path / "larger" / "eval.json").read_text())["generator"]
     again = json.loads((tmp_path / "larger" / "outcomes.json").read_text())
     assert set(larger) == set(again) == set(results)
+    task = build_task(cfg.task)
     for split, o in again.items():
         assert larger[split]["n"] == len(o["correct"]) == 60 and "pass@4" not in larger[split]
         assert o["correct"].count("1") / 60 == pytest.approx(larger[split]["pass@1"])
-        assert o["correct"][:40] == kept[split]["correct"] and o["questions_sha256"] != kept[split]["questions_sha256"]
+        assert o["questions_sha256"] == questions_hash(task.problems(split, 60, seed=EVAL_SEED))
+        assert task.problems(split, 60, seed=EVAL_SEED)[:40] == task.problems(split, 40, seed=EVAL_SEED)
 
 
 @pytest.mark.parametrize("overrides", [

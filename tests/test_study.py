@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import (build_start, build_study, difference_rows, larger_table, load_study, mean_curve, resolution,
-                                    steps_to_reach, study_criteria)
+from cotrain.analysis.study import (build_start, build_study, difference_rows, larger_table, load_study, mean_curve,
+                                    resolution, steps_to_reach, study_criteria)
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 from cotrain.runs.rundir import write_jsonl_gz_atomic
@@ -66,7 +66,10 @@ def test_archive_keeps_a_larger_evaluation_of_the_same_final_model_and_drops_one
         (run / "larger" / name).write_text(name)
     archive_run(run, tmp_path / "a")
     assert sorted(p.name for p in (tmp_path / "a" / "larger").iterdir()) == ["COMMAND", "eval.json", "outcomes.json"]
-    for name in ("eval.json", "outcomes.json", "COMMAND"):
+    (run / "larger" / "COMMAND").unlink()  # a larger evaluation written again, with no COMMAND: none of the old stays
+    archive_run(run, tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "a" / "larger").iterdir()) == ["eval.json", "outcomes.json"]
+    for name in ("eval.json", "outcomes.json"):
         (run / "larger" / name).unlink()
     archive_run(run, tmp_path / "a")  # the same run archived again: its final model is the one evaluated
     assert (tmp_path / "a" / "larger" / "eval.json").read_text() == "eval.json"
@@ -743,7 +746,7 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
                                                   "unrelated): as much as the whole spread.")
 
 
-def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_path):
+def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_path, capsys):
     """grpo ran seeds 0-1 in bf16 (0.20 on 200 problems), grpo_fp32 seed 0 on the AVX2 machine (0.10). `a` ran seeds
     0-1 beside grpo (0.22, 0.26: +2, +6), `b` seed 0 on the AVX2 machine (0.14: +4 over grpo_fp32). Each final
     model again on 10 problems: grpo's both 1100000000 (0.2), grpo_fp32's 1100000000, a's 1110000000 (0.3) and
@@ -782,3 +785,12 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
         "",
         "- a, over seeds 0, 1: +15.0 [-48.5, +78.5] (n=2) on the larger evaluation, +4.0 [-21.4, +29.4] (n=2) on the runs' own"]
     assert text in build_study(study)
+    # a larger eval.json of another shape is one line and exit 2, not a traceback
+    for bad in ({"generator": []}, {"generator": {"test": 5}}, {"generator": {"test": {"n": 10, "pass@1_ci95_lo": 0.1}}},
+                {"generator": {"test": {"n": 10, "pass@1": "0.2"}}}):
+        (study / "a" / "seed0" / "larger" / "eval.json").write_text(json.dumps(bad))
+        capsys.readouterr()
+        assert main(["study", str(study)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "not an evaluation of the generator" in err[0], err
+

@@ -87,7 +87,7 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     pool, _ = training_pool(task, cfg.seed, cfg.selfplay.seed_questions if "judge" in RECIPES[cfg.recipe].roles
                             else t.n_problems)
     named = "splits" in cfg.eval.model_fields_set  # the default splits a task lacks are skipped, named ones refused
-    evaluated = require_eval_splits(task, cfg.task.name, cfg.eval.splits, cfg.eval.n, named)
+    evaluated = require_eval_splits(task, cfg.task.name, cfg.eval.splits, max(cfg.eval.n, cfg.eval.larger_n), named)
     missing = [s for s in cfg.eval.splits if s not in task.splits]
     say(f"task      {cfg.task.name} (splits {', '.join(task.splits)}): training pool {len(pool)} problems; evaluation "
         + (", ".join(f"{s} {n}" for s, n in evaluated.items()) or "none")

@@ -49,7 +49,7 @@ def cmd_run(args) -> int:
     from cotrain.train.setup import build_task
 
     # every evaluation split loads before the first step: a typo or a broken file stops the run now
-    require_eval_splits(build_task(cfg.task), cfg.task.name, cfg.eval.splits, cfg.eval.n,
+    require_eval_splits(build_task(cfg.task), cfg.task.name, cfg.eval.splits, max(cfg.eval.n, cfg.eval.larger_n),
                         named="splits" in cfg.eval.model_fields_set)
     dist.init()  # under torchrun: join the process group (one process: nothing)
     main_process, several = dist.is_main(), dist.world() > 1
@@ -118,9 +118,9 @@ def cmd_check(args) -> int:
     return 0
 
 
-def _recorded_task(checkpoint: str) -> dict:
-    """The `task` section of the run a checkpoint belongs to (config.yaml in it or up to three folders
-    above it: a run dir, a step dir, a model dir)."""
+def _recorded_run(checkpoint: str) -> dict:
+    """The config of the run a checkpoint belongs to (config.yaml in it or up to three folders above it: a
+    run dir, a step dir, a model dir) that records its task; {} where there is none."""
     from cotrain.config import read_yaml_mapping
 
     path = Path(checkpoint).resolve()
@@ -128,8 +128,22 @@ def _recorded_task(checkpoint: str) -> dict:
         if (folder / "config.yaml").is_file():
             raw = read_yaml_mapping(folder / "config.yaml", "the run's config")
             if isinstance(raw.get("task"), dict) and raw["task"].get("name"):
-                return raw["task"]
-    raise UserError(f"{checkpoint} records no task (no run config.yaml in it or above it): pass --task NAME")
+                return raw
+    return {}
+
+
+def _evaluation_of(raw: dict) -> dict:
+    """The parts of a run's config that set how its generator is evaluated, as today's schema names them: its
+    `eval` section (less `larger_n`, which the run alone acts on), the rollouts' length it defaults to
+    (`grpo.max_new_tokens`) and the precision (`train.bf16`). {} for {}."""
+    from cotrain.config import EvalConfig
+
+    sections = {name: raw[name] if isinstance(raw.get(name), dict) else {} for name in ("eval", "grpo", "train")}
+    out = {"eval": {k: v for k, v in sections["eval"].items() if k in EvalConfig.model_fields and k != "larger_n"}}
+    for name, key in (("grpo", "max_new_tokens"), ("train", "bf16")):
+        if sections[name].get(key) is not None:
+            out[name] = {key: sections[name][key]}
+    return out if raw else {}
 
 
 def cmd_eval(args) -> int:
@@ -143,8 +157,11 @@ def cmd_eval(args) -> int:
 
     flags = [f"eval.splits=[{args.splits}]"] if args.splits else []
     flags += [f"eval.n={args.n}"] if args.n is not None else []
-    task_section = {"name": args.task} if args.task else _recorded_task(args.checkpoint)
-    cfg = build_config({"task": task_section}, list(args.overrides or []) + flags)
+    run = _recorded_run(args.checkpoint)  # a run's checkpoint is evaluated as its run evaluates, where not told otherwise
+    if not (args.task or run):
+        raise UserError(f"{args.checkpoint} records no task (no run config.yaml in it or above it): pass --task NAME")
+    cfg = build_config({**_evaluation_of(run), "task": {"name": args.task} if args.task else run["task"]},
+                       list(args.overrides or []) + flags)
     model, tokenizer = load_model(resolve_model_dir(args.checkpoint))
     model.to(device())
     cfg.train.bf16, line = resolve_bf16(cfg.train.bf16, [device()])
@@ -494,7 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_check)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint: cotrain eval CHECKPOINT --task arith")
-    e.add_argument("checkpoint", help="a run dir, a checkpoint dir or a model dir")
+    e.add_argument("checkpoint", help=("a run dir, a checkpoint dir or a model dir; one of a run is evaluated in its "
+                                       "run's settings (its eval section, grpo.max_new_tokens, train.bf16) but for "
+                                       "the flags and overrides given"))
     e.add_argument("--task", help=("the task to evaluate on, e.g. arith, countdown, gsm8k (default: the task the "
                                    "checkpoint's run recorded in its config.yaml, with its options)"))
     e.add_argument("--splits", help="comma-separated splits (default: test,ood)")

@@ -596,7 +596,8 @@ class EvalConfig(_Section):
     larger_n: int = Field(0, ge=0, description=(
         "Also evaluate the final generator greedily on this many problems of each split, more than `n` (they "
         "begin with those), into RUN/larger/ (eval.json, outcomes.json), which `cotrain study` pairs problem "
-        "by problem; it changes nothing the run trains or reports in eval.json (0: none)."))
+        "by problem; it changes nothing the run trains or reports in eval.json (0: none; a recipe that "
+        "evaluates its generator in its own way, mars, writes none)."))
 
     @model_validator(mode="after")
     def _larger(self):

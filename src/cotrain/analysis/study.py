@@ -11,8 +11,9 @@ log: the study adds that record's FLOPs (`<study>/starts/warm/metrics.jsonl.gz`)
 whose runs are grpo's but for their precision (`train.bf16`, e.g. `grpo_fp32`) is GRPO run on another machine
 kind: a seed of an arm that ran on another machine kind than grpo's is paired with it as well, below the table,
 and the plan's criteria read that pairing where it covers every seed the plain one does. A run may also keep its
-final model evaluated again on more problems, `<arm>/seed<S>/larger/{eval.json, outcomes.json}` (`cotrain eval
-... --out .../larger/eval.json --outcomes .../larger/outcomes.json`): the study reads each seed's pair there too,
+final model evaluated again on more problems, `<arm>/seed<S>/larger/{eval.json, outcomes.json}` (`eval.larger_n`,
+or `cotrain eval RUN --n N --out RUN/larger/eval.json --outcomes RUN/larger/outcomes.json`): the study reads each
+seed's pair there too,
 problem by problem, where both runs of the pair have one on the same problems (`larger_table`).
 
     cotrain study results/<study>        prints the table, writes <study>/table.md, <study>/curves.png and
@@ -95,6 +96,22 @@ def read_outcomes(run_dir: Path) -> dict[str, dict]:
             and isinstance(o.get("questions_sha256"), str)}
 
 
+def read_larger(path: Path) -> dict:
+    """A larger evaluation's eval.json, {"generator": {split: {"pass@1": …, "n": …, …}}}.
+
+    Raises:
+        UserError: it is not JSON of that shape (one line).
+    """
+    raw = read_json_mapping(path, "the run's larger evaluation")
+    splits = raw.get("generator")
+    if not isinstance(splits, dict) or not all(
+            isinstance(m, dict) and type(m.get("n")) is int and type(m.get("pass@1")) in (int, float)
+            for m in splits.values()):
+        raise UserError(f"{path}: not an evaluation of the generator "
+                        '({"generator": {split: {"pass@1": <number>, "n": <problems>}}})')
+    return raw
+
+
 def load_run(run_dir: Path) -> Run:
     run = Run(read_json_mapping(run_dir / "eval.json", "the run's eval.json"))
     flops, sampled, alphas, trusts = 0.0, 0.0, [], []
@@ -135,8 +152,7 @@ def load_run(run_dir: Path) -> Run:
                                 (("credit", "to_go"), ("alpha", 0.1), ("alpha_schedule", "exp"), ("process_groups", "all")))
     run.outcomes = read_outcomes(run_dir)
     if (run_dir / LARGER / "eval.json").is_file():
-        run.larger = Run(read_json_mapping(run_dir / LARGER / "eval.json", "the run's larger evaluation"),
-                         outcomes=read_outcomes(run_dir / LARGER))
+        run.larger = Run(read_larger(run_dir / LARGER / "eval.json"), outcomes=read_outcomes(run_dir / LARGER))
     env = run_dir / "env.json"
     if env.is_file():
         e = read_json_mapping(env, "the run's env.json")
@@ -493,7 +509,7 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
         own, again = ({}, {}), ({}, {})
         for s, (name, base) in _paired_runs(arms, arm, split).items():
             pair = _larger_pair(base, runs[s], split)
-            if pair is None or base.final(split) is None or runs[s].final(split) is None:
+            if pair is None or len(pair[0]) < 2 or base.final(split) is None or runs[s].final(split) is None:
                 continue
             for kept, b, a in ((own, base.final(split), runs[s].final(split)),
                                (again, base.larger.final(split), runs[s].larger.final(split))):

@@ -66,7 +66,8 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
         shutil.copyfile(f, dest / "verifications" / f.name)
         written.append(dest / "verifications" / f.name)
     if (run_dir / LARGER / "eval.json").is_file():
-        (dest / LARGER).mkdir(exist_ok=True)
+        shutil.rmtree(dest / LARGER, ignore_errors=True)  # whole: no file of an earlier one stays
+        (dest / LARGER).mkdir()
         for name in LARGER_FILES:
             if (run_dir / LARGER / name).is_file():
                 shutil.copyfile(run_dir / LARGER / name, dest / LARGER / name)

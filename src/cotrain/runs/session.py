@@ -194,13 +194,15 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
         dist.on_main(write_json_atomic, session.run_dir / "outcomes.json", outcomes)
     elif dist.is_main():  # a recipe that evaluates in its own way (mars) keeps none: no earlier file stays
         (session.run_dir / "outcomes.json").unlink(missing_ok=True)
-    if cfg.eval.larger_n and generator_results is None:  # the same model on more problems, greedy alone
-        larger = evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.larger_n, outcomes=True,
-                                    **{**cfg.eval_settings(), "k": 0, "n_sampled": 0})
-        dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
-        dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
     dist.on_main(write_json_atomic, session.run_dir / "eval.json", results)
     dist.on_main(record_data_files, session.run_dir)
+    if dist.is_main():  # an earlier final model's larger evaluation would be read as this one's
+        shutil.rmtree(session.run_dir / STUDY.larger, ignore_errors=True)
+    if cfg.eval.larger_n and generator_results is None:  # the same model on more problems, greedy alone, after
+        larger = evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.larger_n, outcomes=True,
+                                    **{**cfg.eval_settings(), "k": 0, "n_sampled": 0})  # eval.json: a kill costs no run
+        dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
+        dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
     if dist.is_main() and cfg.log.plots:
         try:
             from cotrain.analysis.plot import plot_runs
