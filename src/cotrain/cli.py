@@ -132,22 +132,8 @@ def _recorded_run(checkpoint: str) -> dict:
     return {}
 
 
-def _evaluation_of(raw: dict) -> dict:
-    """The parts of a run's config that set how its generator is evaluated, as today's schema names them: its
-    `eval` section (less `larger_n`, which the run alone acts on), the rollouts' length it defaults to
-    (`grpo.max_new_tokens`) and the precision (`train.bf16`). {} for {}."""
-    from cotrain.config import EvalConfig
-
-    sections = {name: raw[name] if isinstance(raw.get(name), dict) else {} for name in ("eval", "grpo", "train")}
-    out = {"eval": {k: v for k, v in sections["eval"].items() if k in EvalConfig.model_fields and k != "larger_n"}}
-    for name, key in (("grpo", "max_new_tokens"), ("train", "bf16")):
-        if sections[name].get(key) is not None:
-            out[name] = {key: sections[name][key]}
-    return out if raw else {}
-
-
 def cmd_eval(args) -> int:
-    from cotrain.config import build_config
+    from cotrain.config import build_config, evaluation_sections
     from cotrain.dist import device
     from cotrain.eval.evaluate import evaluate_generator, take_outcomes
     from cotrain.models.build import load_model
@@ -160,7 +146,7 @@ def cmd_eval(args) -> int:
     run = _recorded_run(args.checkpoint)  # a run's checkpoint is evaluated as its run evaluates, where not told otherwise
     if not (args.task or run):
         raise UserError(f"{args.checkpoint} records no task (no run config.yaml in it or above it): pass --task NAME")
-    cfg = build_config({**_evaluation_of(run), "task": {"name": args.task} if args.task else run["task"]},
+    cfg = build_config({**evaluation_sections(run), "task": {"name": args.task} if args.task else run["task"]},
                        list(args.overrides or []) + flags)
     model, tokenizer = load_model(resolve_model_dir(args.checkpoint))
     model.to(device())

@@ -768,6 +768,18 @@ class RunConfig(_Section):
                     bf16=self.train.bf16)
 
 
+def evaluation_sections(raw: dict) -> dict:
+    """The parts of a run's config that set how its generator is evaluated, as today's schema names them: its
+    `eval` section (less `larger_n`, which the run alone acts on), the rollouts' length it defaults to
+    (`grpo.max_new_tokens`) and the precision (`train.bf16`). {} for {}."""
+    sections = {name: raw[name] if isinstance(raw.get(name), dict) else {} for name in ("eval", "grpo", "train")}
+    out = {"eval": {k: v for k, v in sections["eval"].items() if k in EvalConfig.model_fields and k != "larger_n"}}
+    for name, key in (("grpo", "max_new_tokens"), ("train", "bf16")):
+        if sections[name].get(key) is not None:
+            out[name] = {key: sections[name][key]}
+    return out if raw else {}
+
+
 # ---------------------------------------------------------------- loading
 
 
