@@ -756,7 +756,9 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
     over 10 problems sd sqrt(0.01) = 0.1: +10 ± 1.96 x 10 = [-9.6, +29.6]. a seed 1: -1, 0, +1, +1, +1, 0 x 5,
     mean 0.2, variance (1.2^2 + 0.2^2 + 3 x 0.8^2 + 5 x 0.2^2) / 9 = 3.6 / 9 = 0.4, sd sqrt(0.04) = 0.2: +20 ± 39.2.
     b seed 0 against grpo_fp32 (its own machine kind): one -1, -10 ± 19.6. Over a's two seeds: +10, +20, mean 15,
-    sd 7.071, t(1) 12.706 x 7.071 / 1.414 = 63.5: [-48.5, +78.5]; on the runs' own +2, +6: 4 ± 25.4.
+    sd 7.071, t(1) 12.706 x 7.071 / 1.414 = 63.5: [-48.5, +78.5]; on the runs' own +2, +6: 4 ± 25.4. a and b are
+    one setting on two machine kinds: over their three pairs +10, +20, -10, mean 6.667, sd 15.275, t(2) 4.303 x
+    15.275 / 1.732 = 37.95: [-31.3, +44.6]; on the runs' own +2, +6, +4, sd 2: 4 ± 4.97.
     `c`'s larger evaluation is of other problems (another hash), `d`'s disagrees with its eval.json (stale): no rows."""
     study = tmp_path / "study"
     tango = "recipe: tango\n"
@@ -783,7 +785,9 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
         "| a | 1 | grpo | +6.0 (200) | 0.200 → 0.400 | +20.0 [-19.2, +59.2] (10) |",
         "| b | 0 | grpo_fp32 | +4.0 (200) | 0.200 → 0.100 | -10.0 [-29.6, +9.6] (10) |",
         "",
-        "- a, over seeds 0, 1: +15.0 [-48.5, +78.5] (n=2) on the larger evaluation, +4.0 [-21.4, +29.4] (n=2) on the runs' own"]
+        "- a, over seeds 0, 1: +15.0 [-48.5, +78.5] (n=2) on the larger evaluation, +4.0 [-21.4, +29.4] (n=2) on the runs' own",
+        "- a, b (one setting on other machine kinds), over their 3 pairs: +6.7 [-31.3, +44.6] (n=3) on the larger "
+        "evaluation, +4.0 [-1.0, +9.0] (n=3) on the runs' own"]
     assert text in build_study(study)
     # a larger eval.json of another shape is one line and exit 2, not a traceback
     for bad in ({"generator": []}, {"generator": {"test": 5}}, {"generator": {"test": {"n": 10, "pass@1_ci95_lo": 0.1}}},

@@ -500,9 +500,11 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     (`_larger_pair`), the arm − GRPO difference in points on the runs' own final evaluation and on the larger
     one, with the larger one's 95% interval over its problems, paired problem by problem (z x
     `paired_evaluation_sd`: it says nothing of another seed); under the table, an arm with two such seeds or
-    more gets the paired interval over them on both evaluations. "" where no pair has one (grpo and its twins,
+    more gets the paired interval over them on both evaluations, and so do the arms of one setting but for the
+    precision (`train.bf16`) run on other machine kinds (e.g. `oracle_xeon` and `oracle_icelake`), over all
+    their pairs, each against GRPO on its own machine kind. "" where no pair has one (grpo and its twins,
     `baseline_twins`, are the pairs' other half, not rows)."""
-    twins, rows, over = baseline_twins(arms), [], []
+    twins, rows, over, kinds = baseline_twins(arms), [], [], {}
     for arm, runs in arms.items():
         if arm == BASELINE or arm in twins:
             continue
@@ -522,6 +524,19 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
             over.append(f"- {arm}, over seeds {', '.join(map(str, sorted(again[0])))}: "
                         f"{paired_difference(*again, POINTS).text()} on the larger evaluation, "
                         f"{paired_difference(*own, POINTS).text()} on the runs' own")
+        setting = {tuple(sorted((k, repr(v)) for k, v in r.setting.items() if k not in ("seed", PRECISION)))
+                   for r in runs.values()}
+        if again[0] and len(setting) == 1 and () not in setting:  # one setting: its arms on other kinds join it
+            kinds.setdefault(setting.pop(), []).append((arm, own, again))
+    for group in kinds.values():
+        pooled = [{}, {}, {}, {}]  # GRPO's and the arm's pass@1, own then larger evaluation: {(arm, seed): value}
+        for arm, own, again in group:
+            for kept, part in zip(pooled, (*own, *again)):
+                kept.update({(arm, s): v for s, v in part.items()})
+        if len(group) >= 2 and len(pooled[2]) >= 2:
+            over.append(f"- {', '.join(arm for arm, _, _ in group)} (one setting on other machine kinds), over their "
+                        f"{len(pooled[2])} pairs: {paired_difference(pooled[2], pooled[3], POINTS).text()} on the larger "
+                        f"evaluation, {paired_difference(pooled[0], pooled[1], POINTS).text()} on the runs' own")
     if not rows:
         return ""
     return "\n".join([f"| arm | seed | against | arm − GRPO, {split}, the runs' own final evaluation, points "
