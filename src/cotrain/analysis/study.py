@@ -13,8 +13,7 @@ kind: a seed of an arm that ran on another machine kind than grpo's is paired wi
 and the plan's criteria read that pairing where it covers every seed the plain one does. A run may also keep its
 final model evaluated again on more problems, `<arm>/seed<S>/larger/{eval.json, outcomes.json}` (`eval.larger_n`,
 or `cotrain eval RUN --n N --out RUN/larger/eval.json --outcomes RUN/larger/outcomes.json`): the study reads each
-seed's pair there too,
-problem by problem, where both runs of the pair have one on the same problems (`larger_table`).
+seed's pair there too, problem by problem, where both runs of the pair have one on the same problems (`larger_table`).
 
     cotrain study results/<study>        prints the table, writes <study>/table.md, <study>/curves.png and
                                          <study>/differences.png (each arm's paired difference with grpo)
@@ -508,14 +507,13 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     for arm, runs in arms.items():
         if arm == BASELINE or arm in twins:
             continue
-        own, again = ({}, {}), ({}, {})
+        own, again = ({}, {}), ({}, {})  # (GRPO's, the arm's) {seed: pass@1}: the runs' own evaluation, the larger one
         for s, (name, base) in _paired_runs(arms, arm, split).items():
             pair = _larger_pair(base, runs[s], split)
             if pair is None or len(pair[0]) < 2 or base.final(split) is None or runs[s].final(split) is None:
                 continue
-            for kept, b, a in ((own, base.final(split), runs[s].final(split)),
-                               (again, base.larger.final(split), runs[s].larger.final(split))):
-                kept[0][s], kept[1][s] = b, a
+            own[0][s], own[1][s] = base.final(split), runs[s].final(split)
+            again[0][s], again[1][s] = base.larger.final(split), runs[s].larger.final(split)
             d, half = POINTS * (again[1][s] - again[0][s]), POINTS * Z975 * paired_evaluation_sd(*pair)
             rows.append(f"| {arm} | {s} | {name} | {POINTS * (own[1][s] - own[0][s]):+.1f} "
                         f"({base.eval['generator'][split].get('n', '?')}) | {again[0][s]:.3f} → {again[1][s]:.3f} | "

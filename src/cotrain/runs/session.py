@@ -198,9 +198,10 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     dist.on_main(record_data_files, session.run_dir)
     if dist.is_main():  # an earlier final model's larger evaluation would be read as this one's
         shutil.rmtree(session.run_dir / STUDY.larger, ignore_errors=True)
-    if cfg.eval.larger_n and generator_results is None:  # the same model on more problems, greedy alone, after
+    # the same model on more problems, greedy alone, after eval.json: a kill here costs no run
+    if cfg.eval.larger_n and generator_results is None:
         larger = evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.larger_n, outcomes=True,
-                                    **{**cfg.eval_settings(), "k": 0, "n_sampled": 0})  # eval.json: a kill costs no run
+                                    **{**cfg.eval_settings(), "k": 0, "n_sampled": 0})
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
     if dist.is_main() and cfg.log.plots:
