@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import (build_start, build_study, difference_rows, larger_table, load_study, mean_curve,
+from cotrain.analysis.study import (build_start, build_study, difference_rows, kinds_table, larger_table, load_study, mean_curve,
                                     resolution, steps_to_reach, study_criteria)
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
@@ -537,7 +537,7 @@ def test_each_verifier_arm_is_read_against_the_oracle_of_its_own_construction(tm
         _fake_run(study / "learned_final" / f"seed{s}", t + 0.01, 0.1, [0.1, 0.1, t],
                   config=process.format(src="model", credit="final"))
     text = build_study(study)
-    shares = text[text.index("The share of its ceiling"):].splitlines()
+    shares = text[text.index("The share of its ceiling"):].split("\n\n")[1].splitlines()
     rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
     assert rows == ["| learned | oracle | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |"]
 
@@ -570,7 +570,7 @@ def test_the_share_of_the_ceiling_pairs_the_three_runs_of_a_seed_on_one_machine_
              ("learned", 2, 0.30, process.format(src="model"), FP32)]
     _write_runs(study, runs, 0.1)
     text = build_study(study)
-    shares = text[text.index("The share of its ceiling"):].splitlines()
+    shares = text[text.index("The share of its ceiling"):].split("\n\n")[1].splitlines()
     rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
     assert rows == ["| elsewhere | oracle | no seed of the three on one machine kind | | |",
                     "| learned | oracle | +1.5 [-4.9, +7.9] (n=2) | +3.0 [-9.7, +15.7] (n=2) | "
@@ -595,7 +595,7 @@ def test_each_seed_is_read_against_the_ceiling_run_on_its_own_machine_kind(tmp_p
                  ("learned_bf16", s, t + lead, process.format(src="model"), BF16)]
     _write_runs(study, runs, 0.1)
     text = build_study(study)
-    shares = text[text.index("The share of its ceiling"):].splitlines()
+    shares = text[text.index("The share of its ceiling"):].split("\n\n")[1].splitlines()
     rows = [line for line in shares if line.startswith("| ") and not line.startswith("| arm")]
     assert rows == ["| learned | oracle_fp32 | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |",
                     "| learned_bf16 | oracle | +2.0 [-0.5, +4.5] (n=3) | +3.0 [+0.5, +5.5] (n=3) | 0.67 [-0.32, 2.38] (n=3) |"]
@@ -746,6 +746,33 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
                                                   "unrelated): as much as the whole spread.")
 
 
+def test_one_setting_on_several_machine_kinds_reads_its_pairs_together_and_over_seeds_by_hand(tmp_path):
+    """grpo ran seeds 0-2 in bf16 (0.20, 0.30, 0.40), grpo_fp32 seeds 0-1 on the AVX2 machine (0.10, 0.20). `a`
+    ran seeds 0-2 beside grpo (+4, -2, +1 points), `b` (a's setting) seeds 0-1 on the AVX2 machine (+6, 0 over
+    grpo_fp32), its in-training evaluation at step 20 two points below its final one (+4, -2 there); `c`, another
+    α, one arm alone: no row.
+
+    Over the five pairs +4, -2, +1, +6, 0: mean 1.8, squares of deviations 4.84 + 14.44 + 0.64 + 17.64 + 3.24 =
+    40.8, sd sqrt(10.2) = 3.194, t(4) 2.776 x 3.194 / sqrt(5) = 3.97: [-2.2, +5.8]. Over seeds, each seed's pairs
+    averaged first: +5, -1, +1, mean 1.667, sd sqrt(18.667 / 2) = 3.055, t(2) 4.303 x 3.055 / sqrt(3) = 7.59:
+    [-5.9, +9.3]. The second half (step 20 alone): +4, -2, +1, +4, -2, mean 1, sd 3, 2.776 x 3 / sqrt(5) = 3.72:
+    [-2.7, +4.7]; over seeds +4, -2, +1, sd 3, 4.303 x 3 / sqrt(3) = 7.45: [-6.5, +8.5]."""
+    study = tmp_path / "study"
+    tango, other = "recipe: tango\n", "recipe: tango\ncotraining: {alpha: 0.7}\n"
+    _write_runs(study, [*[("grpo", s, t, "recipe: grpo\n", BF16) for s, t in enumerate((0.20, 0.30, 0.40))],
+                        *[("grpo_fp32", s, t, "recipe: grpo\ntrain: {bf16: false}\n", FP32) for s, t in enumerate((0.10, 0.20))],
+                        *[("a", s, t, tango, BF16) for s, t in enumerate((0.24, 0.28, 0.41))], ("c", 0, 0.25, other, BF16)], 0.1)
+    for s, t in enumerate((0.16, 0.20)):
+        _fake_run(study / "b" / f"seed{s}", t, 0.1, [0.1, 0.1, t - 0.02], config=tango)
+        (study / "b" / f"seed{s}" / "env.json").write_text(json.dumps(FP32))
+    text = kinds_table(load_study(study))
+    assert text.splitlines()[2:] == [
+        "| a, b | 5 on 2 | +1.8 [-2.2, +5.8] (n=5) | +1.7 [-5.9, +9.3] (n=3) | +1.0 [-2.7, +4.7] (n=5) / +1.0 [-6.5, +8.5] "
+        "(n=3) | 0: +4.0, +6.0; 1: -2.0, +0.0; 2: +1.0, – |"]
+    assert text in build_study(study)
+    assert kinds_table(load_study(study)) and not kinds_table({k: v for k, v in load_study(study).items() if k != "b"})
+
+
 def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_path, capsys):
     """grpo ran seeds 0-1 in bf16 (0.20 on 200 problems), grpo_fp32 seed 0 on the AVX2 machine (0.10). `a` ran seeds
     0-1 beside grpo (0.22, 0.26: +2, +6), `b` seed 0 on the AVX2 machine (0.14: +4 over grpo_fp32). Each final
@@ -758,7 +785,9 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
     b seed 0 against grpo_fp32 (its own machine kind): one -1, -10 ± 19.6. Over a's two seeds: +10, +20, mean 15,
     sd 7.071, t(1) 12.706 x 7.071 / 1.414 = 63.5: [-48.5, +78.5]; on the runs' own +2, +6: 4 ± 25.4. a and b are
     one setting on two machine kinds: over their three pairs +10, +20, -10, mean 6.667, sd 15.275, t(2) 4.303 x
-    15.275 / 1.732 = 37.95: [-31.3, +44.6]; on the runs' own +2, +6, +4, sd 2: 4 ± 4.97.
+    15.275 / 1.732 = 37.95: [-31.3, +44.6]; on the runs' own +2, +6, +4, sd 2: 4 ± 4.97. Over seeds, each seed's
+    pairs averaged first: seed 0 (+10 - 10) / 2 = 0, seed 1 +20, mean 10, sd 14.142, t(1) 12.706 x 10 = 127.1;
+    on the runs' own (+2 + 4) / 2 = 3 and +6, mean 4.5, sd 2.121, 12.706 x 1.5 = 19.06.
     `c`'s larger evaluation is of other problems (another hash), `d`'s disagrees with its eval.json (stale): no rows."""
     study = tmp_path / "study"
     tango = "recipe: tango\n"
@@ -787,7 +816,8 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
         "",
         "- a, over seeds 0, 1: +15.0 [-48.5, +78.5] (n=2) on the larger evaluation, +4.0 [-21.4, +29.4] (n=2) on the runs' own",
         "- a, b (one setting on other machine kinds), over their 3 pairs: +6.7 [-31.3, +44.6] (n=3) on the larger "
-        "evaluation, +4.0 [-1.0, +9.0] (n=3) on the runs' own"]
+        "evaluation, +4.0 [-1.0, +9.0] (n=3) on the runs' own; over seeds, each seed's pairs averaged first: +10.0 "
+        "[-117.1, +137.1] (n=2) and +4.5 [-14.6, +23.6] (n=2)"]
     assert text in build_study(study)
     # a larger eval.json of another shape is one line and exit 2, not a traceback
     for bad in ({"generator": []}, {"generator": {"test": 5}}, {"generator": {"test": {"n": 10, "pass@1_ci95_lo": 0.1}}},

@@ -522,10 +522,8 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
             over.append(f"- {arm}, over seeds {', '.join(map(str, sorted(again[0])))}: "
                         f"{paired_difference(*again, POINTS).text()} on the larger evaluation, "
                         f"{paired_difference(*own, POINTS).text()} on the runs' own")
-        setting = {tuple(sorted((k, repr(v)) for k, v in r.setting.items() if k not in ("seed", PRECISION)))
-                   for r in runs.values()}
-        if again[0] and len(setting) == 1 and () not in setting:  # one setting: its arms on other kinds join it
-            kinds.setdefault(setting.pop(), []).append((arm, own, again))
+        if again[0] and (setting := _setting_key(runs)) is not None:  # one setting: its arms on other kinds join it
+            kinds.setdefault(setting, []).append((arm, own, again))
     for group in kinds.values():
         pooled = [{}, {}, {}, {}]  # GRPO's and the arm's pass@1, own then larger evaluation: {(arm, seed): value}
         for arm, own, again in group:
@@ -534,12 +532,79 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
         if len(group) >= 2 and len(pooled[2]) >= 2:
             over.append(f"- {', '.join(arm for arm, _, _ in group)} (one setting on other machine kinds), over their "
                         f"{len(pooled[2])} pairs: {paired_difference(pooled[2], pooled[3], POINTS).text()} on the larger "
-                        f"evaluation, {paired_difference(pooled[0], pooled[1], POINTS).text()} on the runs' own")
+                        f"evaluation, {paired_difference(pooled[0], pooled[1], POINTS).text()} on the runs' own; over "
+                        f"seeds, each seed's pairs averaged first: {over_seeds(pooled[2], pooled[3]).text()} "
+                        f"and {over_seeds(pooled[0], pooled[1]).text()}")
     if not rows:
         return ""
     return "\n".join([f"| arm | seed | against | arm − GRPO, {split}, the runs' own final evaluation, points "
                       f"(problems) | GRPO → arm, larger evaluation | arm − GRPO there, 95% over its problems "
                       f"(problems) |", "|---|---|---|---|---|---|", *rows] + ([""] + over if over else []))
+
+
+def _setting_key(runs: dict[int, Run]) -> tuple | None:
+    """The setting an arm's runs share but for their seed and precision (`train.bf16`), as a key that arms of
+    one setting run on other machine kinds share; None where its runs differ or one's setting is unreadable."""
+    setting = {tuple(sorted((k, repr(v)) for k, v in r.setting.items() if k not in ("seed", PRECISION)))
+               for r in runs.values()}
+    return setting.pop() if len(setting) == 1 and () not in setting else None
+
+
+def over_seeds(base: dict[tuple[str, int], float], mine: dict[tuple[str, int], float]) -> Paired:
+    """mine − base in points over the seeds of pairs keyed (arm, seed), each seed's pairs on its machine kinds
+    averaged first: the seed is the unit. Runs of one seed on other machine kinds share their start, their
+    problems in one order and their first steps' samples, so they are no independent seeds; an interval over
+    the pairs themselves is narrower than its seeds allow."""
+    by_seed: dict[int, list[tuple[str, int]]] = {}
+    for key in sorted(set(base) & set(mine)):
+        by_seed.setdefault(key[1], []).append(key)
+    return paired_difference({s: statistics.fmean(base[k] for k in keys) for s, keys in by_seed.items()},
+                             {s: statistics.fmean(mine[k] for k in keys) for s, keys in by_seed.items()}, POINTS)
+
+
+def kinds_table(arms: dict[str, dict[int, Run]]) -> str:
+    """The arms of one setting but for the precision run on other machine kinds (`_setting_key`; e.g. `oracle`,
+    `oracle_fp32`, `oracle_xeon`), read together: each pair against GRPO on its own machine kind as the table
+    pairs it (`_paired_runs`), the arm − GRPO difference of the final `test` pass@1 and of the in-training mean
+    over the second half, over all the pairs and over seeds (`over_seeds`), and each seed's pairs. A row for
+    each setting with two arms or more and two pairs or more; "" where there is none (grpo and its twins,
+    `baseline_twins`, are the pairs' other half, not rows)."""
+    twins, groups = baseline_twins(arms), {}
+    for arm, runs in arms.items():
+        if arm == BASELINE or arm in twins or (setting := _setting_key(runs)) is None:
+            continue
+        pairs = {}
+        for split in ("test", SECOND_HALF):
+            mine = _finals(runs, split)
+            paired = {(arm, s): _finals({s: base}, split) for s, (_, base) in _paired_runs(arms, arm, "test").items()}
+            pairs[split] = ({k: v[k[1]] for k, v in paired.items() if v and k[1] in mine},
+                            {k: mine[k[1]] for k, v in paired.items() if v and k[1] in mine})
+        if pairs["test"][0]:
+            groups.setdefault(setting, []).append((arm, pairs))
+    rows = []
+    for group in groups.values():
+        pooled = {split: ({}, {}) for split in ("test", SECOND_HALF)}
+        for _, pairs in group:
+            for split, (b, a) in pairs.items():
+                pooled[split][0].update(b)
+                pooled[split][1].update(a)
+        b, a = pooled["test"]
+        if len(group) < 2 or len(b) < 2:
+            continue
+        cpus = {arms[arm][s].cpu for arm, s in b}
+        names = [arm for arm, _ in group]
+        each = "; ".join(f"{s}: " + ", ".join(f"{POINTS * (a[arm, s] - b[arm, s]):+.1f}" if (arm, s) in b else "–"
+                                              for arm in names) for s in sorted({s for _, s in b}))
+        late = pooled[SECOND_HALF]
+        rows.append(f"| {', '.join(names)} | {len(b)} on {len(cpus)} | {paired_difference(b, a, POINTS).text()} | "
+                    f"{over_seeds(b, a).text()} | "
+                    + (f"{paired_difference(*late, POINTS).text()} / {over_seeds(*late).text()}" if len(late[0]) >= 2 else "–")
+                    + f" | {each} |")
+    if not rows:
+        return ""
+    return "\n".join(["| arms of one setting | pairs on machine kinds | arm − GRPO, test, over the pairs (points) | over "
+                      "seeds, each seed's pairs averaged first | in-training pass@1, 2nd half: over the pairs / over seeds | "
+                      "each seed's pairs, test, in the arms' order (points) |", "|---|---|---|---|---|---|", *rows])
 
 
 def same_problems(a: dict | None, b: dict | None) -> tuple[str, str] | None:
@@ -975,6 +1040,10 @@ def build_study(study_dir: str | Path) -> str:
                  "oracle under the same construction and α, seeds paired on one machine kind (Fieller's 95% interval):\n\n" + shares)
     if reach := resolution(arms):
         text += "\n\n" + reach
+    if together := kinds_table(arms):
+        text += ("\n\nOne setting run on several machine kinds, each pair against GRPO on its own kind. Pairs of one seed "
+                 "share their start, their problems in one order and their first steps' samples, so the interval over "
+                 "the pairs is narrower than its seeds allow; read the one over seeds:\n\n" + together)
     if again := larger_table(arms):
         text += ("\n\nThe final models evaluated again on more problems (`<run>/larger/`), each seed against the GRPO "
                  "run the table pairs it with:\n\n" + again)
