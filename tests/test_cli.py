@@ -367,14 +367,25 @@ def test_what_a_run_will_cost_by_hand(capsys):
     """A step's rollout of 2 s taken as 2/3 of a step: 3 s a step, 180 s for 60 steps. One trained model of
     100 parameters: a checkpoint holds 400 bytes of weights and 800 of AdamW's two fp32 states, 1,200;
     with one kept and the final model's 400, 1,600 on disk. 60 steps x 4 prompts over 15 problems: 16
-    passes. `cotrain check` prints these lines."""
-    from cotrain.check import cost_line, run_cost
+    passes. `cotrain check` prints these lines.
 
-    cost = run_cost(2.0, 60, 4, 15, 1, {"generator": {"parameters": 100, "trainable": 100}})
+    Its evaluation (eval every 20 steps of 60, n_during 10, at_start: 4 x 10 = 40 during; test holds 50 problems
+    and ood 30, n 40, k 4 of n_sampled 20: test 40 + 80, ood 30 + 80, 230 final; larger_n 50: 50 + 30 = 80) at
+    the rollout's 2 s for 4 prompts x G 2 = 8 sequences, 0.25 s a sequence: 350 x 0.25 = 87.5 s, 20 s of it the
+    larger evaluation's."""
+    from cotrain.check import cost_line, eval_sequences, run_cost
+    from cotrain.config import EvalConfig
+
+    ev = EvalConfig(every=20, n_during=10, at_start=True, n=40, k=4, n_sampled=20, larger_n=50)
+    assert eval_sequences(ev, 60, {"test": 50, "ood": 30}) == {"during": 40, "final": 230, "larger": 80}
+    assert eval_sequences(EvalConfig(n=40, k=1), 60, {"test": 50}) == {"during": 0, "final": 40, "larger": 0}
+    cost = run_cost(2.0, 60, 4, 15, 1, {"generator": {"parameters": 100, "trainable": 100}},
+                    eval_sequences(ev, 60, {"test": 50, "ood": 30}), 8)
     assert cost == pytest.approx({"step_s": 3.0, "total_s": 180.0, "checkpoint_bytes": 1200.0, "disk_bytes": 1600.0,
-                                  "epochs": 16.0})
+                                  "epochs": 16.0, "eval_s": 87.5, "larger_s": 20.0})
     line = cost_line(cost, 60, 4)
     assert "about 3 s a step" in line and "3 min for 60 steps" in line and "16 passes over the training" in line
+    assert "evaluation about 88 s more (20 s of it eval.larger_n's)" in line
     repo = Path(__file__).resolve().parents[1]
     assert main(["check", str(repo / "configs" / "smoke.yaml"), "model.preset=nano", "--prompts", "1"]) == 0
     out = capsys.readouterr().out
