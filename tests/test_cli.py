@@ -371,21 +371,26 @@ def test_what_a_run_will_cost_by_hand(capsys):
 
     Its evaluation (eval every 20 steps of 60, n_during 10, at_start: 4 x 10 = 40 during; test holds 50 problems
     and ood 30, n 40, k 4 of n_sampled 20: test 40 + 80, ood 30 + 80, 230 final; larger_n 50: 50 + 30 = 80) at
-    the rollout's 2 s for 4 prompts x G 2 = 8 sequences, 0.25 s a sequence: 350 x 0.25 = 87.5 s, 20 s of it the
-    larger evaluation's."""
-    from cotrain.check import cost_line, eval_sequences, run_cost
+    the rollout's 2 s for 4 prompts x G 2 = 8 sequences of 64 tokens, evaluated with 32: 0.125 s a sequence,
+    350 x 0.125 = 43.75 s, 10 s of it the larger evaluation's. With n_sampled 60 over n 40, k samples the 40
+    problems evaluated (40 + 160, 30 + 120); at_start with no evaluation in training is one during (10)."""
+    from cotrain.check import cost_line, eval_sequences, evaluation_pace, run_cost
     from cotrain.config import EvalConfig
 
     ev = EvalConfig(every=20, n_during=10, at_start=True, n=40, k=4, n_sampled=20, larger_n=50)
-    assert eval_sequences(ev, 60, {"test": 50, "ood": 30}) == {"during": 40, "final": 230, "larger": 80}
+    held = {"test": 50, "ood": 30}
+    assert eval_sequences(ev, 60, held) == {"during": 40, "final": 230, "larger": 80}
+    assert eval_sequences(EvalConfig(n=40, k=4, n_sampled=60, n_during=10, at_start=True), 60, held) == {
+        "during": 10, "final": 350, "larger": 0}
     assert eval_sequences(EvalConfig(n=40, k=1), 60, {"test": 50}) == {"during": 0, "final": 40, "larger": 0}
+    assert evaluation_pace(2.0, 8, 64, 32) == pytest.approx(0.125)
     cost = run_cost(2.0, 60, 4, 15, 1, {"generator": {"parameters": 100, "trainable": 100}},
-                    eval_sequences(ev, 60, {"test": 50, "ood": 30}), 8)
+                    eval_sequences(ev, 60, held), 0.125)
     assert cost == pytest.approx({"step_s": 3.0, "total_s": 180.0, "checkpoint_bytes": 1200.0, "disk_bytes": 1600.0,
-                                  "epochs": 16.0, "eval_s": 87.5, "larger_s": 20.0})
+                                  "epochs": 16.0, "eval_s": 43.75, "larger_s": 10.0})
     line = cost_line(cost, 60, 4)
     assert "about 3 s a step" in line and "3 min for 60 steps" in line and "16 passes over the training" in line
-    assert "evaluation about 88 s more (20 s of it eval.larger_n's)" in line
+    assert "evaluation about 44 s more (10 s of it eval.larger_n's)" in line
     repo = Path(__file__).resolve().parents[1]
     assert main(["check", str(repo / "configs" / "smoke.yaml"), "model.preset=nano", "--prompts", "1"]) == 0
     out = capsys.readouterr().out

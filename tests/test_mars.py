@@ -183,3 +183,14 @@ def test_mars_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
     cfg_path.write_text(yaml.safe_dump(mars_config(sft_run[0])))
     run_killed_and_resumed(cfg_path, tmp_path, "step_3")
     assert_golden(tmp_path / "full", MARS_GOLDEN)
+
+
+def test_check_counts_no_larger_evaluation_for_mars():
+    """mars evaluates its planner and worker together and writes no larger/: `cotrain check`'s cost leaves
+    eval.larger_n's 600 x 2 splits out for it, and keeps them for a recipe on the common path."""
+    from cotrain.check import evaluation_counts
+    from cotrain.config import EvalConfig
+
+    held, ev = {"test": 600, "ood": 600}, EvalConfig(n=40, k=0, larger_n=600)
+    mars, plain = (evaluation_counts(recipe, ev, 10, held) for recipe in ("mars", "tango"))
+    assert mars == {"during": 0, "final": 80, "larger": 0} and plain == {**mars, "larger": 1200}

@@ -749,7 +749,9 @@ def test_what_the_seeds_can_resolve_by_hand(tmp_path):
 def test_one_setting_on_several_machine_kinds_reads_its_pairs_together_and_over_seeds_by_hand(tmp_path):
     """grpo ran seeds 0-2 in bf16 (0.20, 0.30, 0.40), grpo_fp32 seeds 0-1 on the AVX2 machine (0.10, 0.20). `a`
     ran seeds 0-2 beside grpo (+4, -2, +1 points), `b` (a's setting) seeds 0-1 on the AVX2 machine (+6, 0 over
-    grpo_fp32), its in-training evaluation at step 20 two points below its final one (+4, -2 there); `c`, another
+    grpo_fp32; in fp32, `train.bf16: false`, no part of the setting the arms share), its in-training evaluation at
+    step 20 two points below its final one (+4, -2 there), and seed 2 there too, which GRPO never ran on that
+    machine kind: left out, though the study's table then pairs all of b's seeds with grpo in bf16. `c`, another
     α, one arm alone: no row.
 
     Over the five pairs +4, -2, +1, +6, 0: mean 1.8, squares of deviations 4.84 + 14.44 + 0.64 + 17.64 + 3.24 =
@@ -762,8 +764,8 @@ def test_one_setting_on_several_machine_kinds_reads_its_pairs_together_and_over_
     _write_runs(study, [*[("grpo", s, t, "recipe: grpo\n", BF16) for s, t in enumerate((0.20, 0.30, 0.40))],
                         *[("grpo_fp32", s, t, "recipe: grpo\ntrain: {bf16: false}\n", FP32) for s, t in enumerate((0.10, 0.20))],
                         *[("a", s, t, tango, BF16) for s, t in enumerate((0.24, 0.28, 0.41))], ("c", 0, 0.25, other, BF16)], 0.1)
-    for s, t in enumerate((0.16, 0.20)):
-        _fake_run(study / "b" / f"seed{s}", t, 0.1, [0.1, 0.1, t - 0.02], config=tango)
+    for s, t in enumerate((0.16, 0.20, 0.90)):
+        _fake_run(study / "b" / f"seed{s}", t, 0.1, [0.1, 0.1, t - 0.02], config=tango + "train: {bf16: false}\n")
         (study / "b" / f"seed{s}" / "env.json").write_text(json.dumps(FP32))
     text = kinds_table(load_study(study))
     assert text.splitlines()[2:] == [
@@ -793,7 +795,7 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
     tango = "recipe: tango\n"
     runs = [*[("grpo", s, 0.20, "recipe: grpo\n", BF16) for s in (0, 1)],
             ("grpo_fp32", 0, 0.10, "recipe: grpo\ntrain: {bf16: false}\n", FP32),
-            ("a", 0, 0.22, tango, BF16), ("a", 1, 0.26, tango, BF16), ("b", 0, 0.14, tango, FP32),
+            ("a", 0, 0.22, tango, BF16), ("a", 1, 0.26, tango, BF16), ("b", 0, 0.14, tango + "train: {bf16: false}\n", FP32),
             ("c", 0, 0.30, tango, BF16), ("d", 0, 0.30, tango, BF16)]
     _write_runs(study, runs, 0.2)
     assert larger_table(load_study(study)) == ""  # no run was evaluated again
@@ -815,9 +817,10 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
         "| b | 0 | grpo_fp32 | +4.0 (200) | 0.200 → 0.100 | -10.0 [-29.6, +9.6] (10) |",
         "",
         "- a, over seeds 0, 1: +15.0 [-48.5, +78.5] (n=2) on the larger evaluation, +4.0 [-21.4, +29.4] (n=2) on the runs' own",
-        "- a, b (one setting on other machine kinds), over their 3 pairs: +6.7 [-31.3, +44.6] (n=3) on the larger "
-        "evaluation, +4.0 [-1.0, +9.0] (n=3) on the runs' own; over seeds, each seed's pairs averaged first: +10.0 "
-        "[-117.1, +137.1] (n=2) and +4.5 [-14.6, +23.6] (n=2)"]
+        "- a, b (one setting on other machine kinds, each seed against GRPO on its own), over their 3 pairs: +6.7 "
+        "[-31.3, +44.6] (n=3) on the larger evaluation, +4.0 [-1.0, +9.0] (n=3) on the runs' own; over seeds, each "
+        "seed's pairs averaged first: +10.0 [-117.1, +137.1] (n=2) on the larger evaluation, +4.5 [-14.6, +23.6] (n=2) "
+        "on the runs' own"]
     assert text in build_study(study)
     # a larger eval.json of another shape is one line and exit 2, not a traceback
     for bad in ({"generator": []}, {"generator": {"test": 5}}, {"generator": {"test": {"n": 10, "pass@1_ci95_lo": 0.1}}},

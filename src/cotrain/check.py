@@ -21,7 +21,7 @@ import time
 import torch
 
 from cotrain import registry
-from cotrain.config import RunConfig
+from cotrain.config import EvalConfig, RunConfig
 from cotrain.dist import device
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import require_eval_splits
@@ -240,7 +240,9 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         rollout_s = seconds * per_step / len(prompt_ids)
     report["cost"] = run_cost(rollout_s, t.steps, per_step, len(pool), cfg.checkpoint.keep_last,
                               {role: model_info(m, tk) for role, (m, tk, _) in roles.items()},
-                              eval_sequences(cfg.eval, t.steps, evaluated), per_step * group)
+                              evaluation_counts(cfg.recipe, cfg.eval, t.steps, evaluated),
+                              evaluation_pace(rollout_s, per_step * group, limit,
+                                              cfg.eval.max_new_tokens or cfg.grpo.max_new_tokens))
     say(cost_line(report["cost"], t.steps, per_step) + (
         f" (from the first rollout capped at {limit} new tokens, scaled to {per_step} prompts: a rough guess)"
         if limit != config_limit else ""))
@@ -288,26 +290,28 @@ ROLLOUT_SHARE = 2 / 3
 """The rollout's share of a step taken by `run_cost` (published GRPO step breakdowns: 60-72%)."""
 
 
-def eval_sequences(ev, steps: int, problems: dict[str, int]) -> dict[str, int]:
-    """The sequences the generator's evaluations in a run generate, by `eval` (an EvalConfig).
+def eval_sequences(ev: EvalConfig, steps: int, problems: dict[str, int]) -> dict[str, int]:
+    """The sequences the generator's evaluations in a run generate, by the common path (`eval/during.py`,
+    `runs/session.py::finish`); a recipe that evaluates otherwise says so itself (its module's
+    `check_evaluation`: mars's planner and worker both generate, and it writes no larger evaluation).
 
     Args:
-        steps: the run's steps.
+        ev: the run's `eval` section; steps: its steps.
         problems: {split: problems it holds, up to max(n, larger_n)}, the splits evaluated (`require_eval_splits`).
 
     Returns:
-        `during`: `n_during` greedy every `every` steps (and once more with `at_start`), of the first split;
-        `final`: each split's `n` greedy and k samples of its `n_sampled` (none with k under 2); `larger`: each
-        split's `larger_n` greedy (`eval.larger_n`).
+        `during`: `n_during` greedy every `every` steps and once more with `at_start`, of the first split;
+        `final`: each split's n greedy (`n`, or fewer where it holds fewer) and k samples of the first
+        `n_sampled` of those (none with k under 2); `larger`: each split's `larger_n` greedy (`eval.larger_n`).
     """
-    during = (steps // ev.every + ev.at_start) * ev.n_during if ev.every and problems else 0
-    final = sum(min(ev.n, n) + (ev.k * min(ev.n_sampled, n) if ev.k >= 2 else 0) for n in problems.values())
+    during = ((steps // ev.every if ev.every else 0) + ev.at_start) * ev.n_during if problems else 0
+    final = sum(m + (ev.k * min(ev.n_sampled, m) if ev.k >= 2 else 0) for m in (min(ev.n, n) for n in problems.values()))
     larger = sum(min(ev.larger_n, n) for n in problems.values()) if ev.larger_n else 0
     return {"during": during, "final": final, "larger": larger}
 
 
 def run_cost(rollout_s: float, steps: int, per_step: int, pool: int, keep_last: int,
-             roles: dict[str, dict], evaluation: dict[str, int] | None = None, rollout_sequences: int = 1) -> dict[str, float]:
+             roles: dict[str, dict], evaluation: dict[str, int], sequence_s: float) -> dict[str, float]:
     """What a run will cost, estimated from the first rollout and the models' sizes.
 
     Args:
@@ -315,25 +319,29 @@ def run_cost(rollout_s: float, steps: int, per_step: int, pool: int, keep_last: 
         steps: the run's steps; per_step: prompts per step; pool: its training problems.
         keep_last: checkpoints kept at once (`checkpoint.keep_last`).
         roles: `model_info` of each model the run trains.
-        evaluation: `eval_sequences`, the sequences the generator's evaluations generate; rollout_sequences: the
-            sequences of the rollout `rollout_s` timed (prompts x G).
+        evaluation: `eval_sequences`, the sequences the generator's evaluations generate.
+        sequence_s: seconds an evaluated sequence takes (`evaluation_pace`).
 
     Returns:
         `step_s`: seconds a step, the rollout over `ROLLOUT_SHARE`; `total_s` = steps x step_s (evaluation
-        aside); `eval_s` and `larger_s`: the generator's evaluations, all and `eval.larger_n`'s alone, at the
-        rollout's seconds a sequence (a rough guess: greedy completions may be shorter or longer than sampled
-        ones, a verifier's evaluations are left out); `checkpoint_bytes`: one checkpoint, each model's weights (4
+        aside); `eval_s` and `larger_s`: the generator's evaluations, all and `eval.larger_n`'s alone, at
+        `sequence_s` (a verifier's evaluations are left out); `checkpoint_bytes`: one checkpoint, each model's weights (4
         bytes a parameter) and AdamW's two fp32 states of its trainable parameters; `disk_bytes` = keep_last
         checkpoints and the final models; `epochs`: passes over the training problems (steps x per_step / pool).
     """
     weights = sum(4 * r["parameters"] for r in roles.values())
     states = sum(8 * r["trainable"] for r in roles.values())
     step_s = rollout_s / ROLLOUT_SHARE
-    per_sequence = rollout_s / max(rollout_sequences, 1)
-    evaluation = evaluation or {}
     return {"step_s": step_s, "total_s": step_s * steps, "checkpoint_bytes": float(weights + states),
             "disk_bytes": float(keep_last * (weights + states) + weights), "epochs": steps * per_step / max(pool, 1),
-            "eval_s": per_sequence * sum(evaluation.values()), "larger_s": per_sequence * evaluation.get("larger", 0)}
+            "eval_s": sequence_s * sum(evaluation.values()), "larger_s": sequence_s * evaluation.get("larger", 0)}
+
+
+def evaluation_pace(rollout_s: float, sequences: int, rollout_tokens: int, eval_tokens: int) -> float:
+    """Seconds an evaluated sequence takes, guessed from the timed rollout: its seconds a sequence, scaled by
+    the evaluation's completion limit over the rollout's (a rough guess: greedy completions stop when they
+    stop, and evaluation batches are other sizes)."""
+    return rollout_s / max(sequences, 1) * eval_tokens / max(rollout_tokens, 1)
 
 
 def cost_line(cost: dict[str, float], steps: int, per_step: int) -> str:
@@ -346,12 +354,19 @@ def cost_line(cost: dict[str, float], steps: int, per_step: int) -> str:
 
     return (f"cost      about {hms(cost['step_s'])} a step (a step's rollout of {per_step} prompts, taken as "
             f"{ROLLOUT_SHARE:.0%} of a step; a co-training step adds its verifier's), {hms(cost['total_s'])} for "
-            f"{steps} steps before evaluation; the generator's evaluation about {hms(cost.get('eval_s', 0.0))} more"
-            + (f" ({hms(cost['larger_s'])} of it eval.larger_n's)" if cost.get("larger_s") else "")
-            + " at the rollout's pace a sequence\n"
+            f"{steps} steps before evaluation; the generator's evaluation about {hms(cost['eval_s'])} more"
+            + (f" ({hms(cost['larger_s'])} of it eval.larger_n's)" if cost["larger_s"] else "")
+            + " at the rollout's pace a token\n"
             f"          disk: {gib(cost['checkpoint_bytes'])} a checkpoint (weights and optimizer states), "
             f"{gib(cost['disk_bytes'])} with those kept and the final models; {steps} steps x {per_step} prompts "
             f"are {cost['epochs']:.2g} passes over the training problems")
+
+
+def evaluation_counts(recipe: str, ev: EvalConfig, steps: int, problems: dict[str, int]) -> dict[str, int]:
+    """`eval_sequences` of a run of `recipe`, through the recipe's own `check_evaluation` where it has one."""
+    counts = eval_sequences(ev, steps, problems)
+    own = getattr(registry.load(recipe), "check_evaluation", None)
+    return own(counts) if own is not None else counts
 
 
 def first_rollout(cfg: RunConfig) -> dict:

@@ -500,20 +500,24 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
     one, with the larger one's 95% interval over its problems, paired problem by problem (z x
     `paired_evaluation_sd`: it says nothing of another seed); under the table, an arm with two such seeds or
     more gets the paired interval over them on both evaluations, and so do the arms of one setting but for the
-    precision (`train.bf16`) run on other machine kinds (e.g. `oracle_xeon` and `oracle_icelake`), over all
-    their pairs, each against GRPO on its own machine kind. "" where no pair has one (grpo and its twins,
+    precision (`train.bf16`) run on other machine kinds (e.g. `oracle_xeon` and `oracle_icelake`), over those
+    of their pairs whose GRPO run is of the seed's own machine kind, and over seeds with each seed's pairs
+    averaged first (`over_seeds`). "" where no pair has one (grpo and its twins,
     `baseline_twins`, are the pairs' other half, not rows)."""
-    twins, rows, over, kinds = baseline_twins(arms), [], [], {}
+    twins, rows, over, settings = baseline_twins(arms), [], [], {}
     for arm, runs in arms.items():
         if arm == BASELINE or arm in twins:
             continue
         own, again = ({}, {}), ({}, {})  # (GRPO's, the arm's) {seed: pass@1}: the runs' own evaluation, the larger one
+        home = set()  # the seeds paired with GRPO on their own machine kind: those the setting's pooled line reads
         for s, (name, base) in _paired_runs(arms, arm, split).items():
             pair = _larger_pair(base, runs[s], split)
             if pair is None or len(pair[0]) < 2 or base.final(split) is None or runs[s].final(split) is None:
                 continue
             own[0][s], own[1][s] = base.final(split), runs[s].final(split)
             again[0][s], again[1][s] = base.larger.final(split), runs[s].larger.final(split)
+            if "?" not in base.cpu and base.cpu == runs[s].cpu:
+                home.add(s)
             d, half = POINTS * (again[1][s] - again[0][s]), POINTS * Z975 * paired_evaluation_sd(*pair)
             rows.append(f"| {arm} | {s} | {name} | {POINTS * (own[1][s] - own[0][s]):+.1f} "
                         f"({base.eval['generator'][split].get('n', '?')}) | {again[0][s]:.3f} → {again[1][s]:.3f} | "
@@ -522,19 +526,21 @@ def larger_table(arms: dict[str, dict[int, Run]], split: str = "test") -> str:
             over.append(f"- {arm}, over seeds {', '.join(map(str, sorted(again[0])))}: "
                         f"{paired_difference(*again, POINTS).text()} on the larger evaluation, "
                         f"{paired_difference(*own, POINTS).text()} on the runs' own")
-        if again[0] and (setting := _setting_key(runs)) is not None:  # one setting: its arms on other kinds join it
-            kinds.setdefault(setting, []).append((arm, own, again))
-    for group in kinds.values():
+        if home and (setting := _setting_key(runs)) is not None:  # one setting: its arms on other kinds join it
+            settings.setdefault(setting, []).append((arm, *({s: v for s, v in part.items() if s in home}
+                                                            for part in (*own, *again))))
+    for group in settings.values():
         pooled = [{}, {}, {}, {}]  # GRPO's and the arm's pass@1, own then larger evaluation: {(arm, seed): value}
-        for arm, own, again in group:
-            for kept, part in zip(pooled, (*own, *again)):
+        for arm, *parts in group:
+            for kept, part in zip(pooled, parts):
                 kept.update({(arm, s): v for s, v in part.items()})
         if len(group) >= 2 and len(pooled[2]) >= 2:
-            over.append(f"- {', '.join(arm for arm, _, _ in group)} (one setting on other machine kinds), over their "
-                        f"{len(pooled[2])} pairs: {paired_difference(pooled[2], pooled[3], POINTS).text()} on the larger "
-                        f"evaluation, {paired_difference(pooled[0], pooled[1], POINTS).text()} on the runs' own; over "
-                        f"seeds, each seed's pairs averaged first: {over_seeds(pooled[2], pooled[3]).text()} "
-                        f"and {over_seeds(pooled[0], pooled[1]).text()}")
+            over.append(f"- {', '.join(arm for arm, *_ in group)} (one setting on other machine kinds, each seed against "
+                        f"GRPO on its own), over their {len(pooled[2])} pairs: "
+                        f"{paired_difference(pooled[2], pooled[3], POINTS).text()} on the larger evaluation, "
+                        f"{paired_difference(pooled[0], pooled[1], POINTS).text()} on the runs' own; over seeds, each "
+                        f"seed's pairs averaged first: {over_seeds(pooled[2], pooled[3]).text()} on the larger "
+                        f"evaluation, {over_seeds(pooled[0], pooled[1]).text()} on the runs' own")
     if not rows:
         return ""
     return "\n".join([f"| arm | seed | against | arm − GRPO, {split}, the runs' own final evaluation, points "
@@ -564,8 +570,8 @@ def over_seeds(base: dict[tuple[str, int], float], mine: dict[tuple[str, int], f
 
 def kinds_table(arms: dict[str, dict[int, Run]]) -> str:
     """The arms of one setting but for the precision run on other machine kinds (`_setting_key`; e.g. `oracle`,
-    `oracle_fp32`, `oracle_xeon`), read together: each pair against GRPO on its own machine kind as the table
-    pairs it (`_paired_runs`), the arm − GRPO difference of the final `test` pass@1 and of the in-training mean
+    `oracle_fp32`, `oracle_xeon`), read together: each seed against GRPO's run of it on its own machine kind
+    (`home_baseline`; a seed with none is left out), the arm − GRPO difference of the final `test` pass@1 and of the in-training mean
     over the second half, over all the pairs and over seeds (`over_seeds`), and each seed's pairs. A row for
     each setting with two arms or more and two pairs or more; "" where there is none (grpo and its twins,
     `baseline_twins`, are the pairs' other half, not rows)."""
@@ -574,20 +580,19 @@ def kinds_table(arms: dict[str, dict[int, Run]]) -> str:
         if arm == BASELINE or arm in twins or (setting := _setting_key(runs)) is None:
             continue
         pairs = {}
-        for split in ("test", SECOND_HALF):
-            mine = _finals(runs, split)
-            paired = {(arm, s): _finals({s: base}, split) for s, (_, base) in _paired_runs(arms, arm, "test").items()}
-            pairs[split] = ({k: v[k[1]] for k, v in paired.items() if v and k[1] in mine},
-                            {k: mine[k[1]] for k, v in paired.items() if v and k[1] in mine})
+        for measure in ("test", SECOND_HALF):
+            home, mine = home_baseline(arms, arm, measure)[0], _finals(runs, measure)
+            seeds = set(home) & set(mine)
+            pairs[measure] = ({(arm, s): home[s] for s in seeds}, {(arm, s): mine[s] for s in seeds})
         if pairs["test"][0]:
             groups.setdefault(setting, []).append((arm, pairs))
     rows = []
     for group in groups.values():
-        pooled = {split: ({}, {}) for split in ("test", SECOND_HALF)}
+        pooled = {measure: ({}, {}) for measure in ("test", SECOND_HALF)}
         for _, pairs in group:
-            for split, (b, a) in pairs.items():
-                pooled[split][0].update(b)
-                pooled[split][1].update(a)
+            for measure, (b, a) in pairs.items():
+                pooled[measure][0].update(b)
+                pooled[measure][1].update(a)
         b, a = pooled["test"]
         if len(group) < 2 or len(b) < 2:
             continue

@@ -381,3 +381,10 @@ def check_models(cfg: RunConfig, generator: str, verifier: str) -> dict:
     """The models `cotrain check` builds beside the worker: the planner, where it is a model of its own
     (`mars.two_models`), a second copy of the run's start as a run builds it."""
     return {"planner": (*initial_model(cfg), generator + ", a second copy")} if cfg.mars.two_models else {}
+
+
+def check_evaluation(counts: dict[str, int]) -> dict[str, int]:
+    """The generator's evaluations `cotrain check` counts for mars (`check.eval_sequences`): a problem's plan and
+    its worker's steps count as one sequence (together about one solution's tokens), and mars writes no larger
+    evaluation (`eval.larger_n`: its pair is not one model's final evaluation)."""
+    return {**counts, "larger": 0}
