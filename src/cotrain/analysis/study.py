@@ -571,33 +571,30 @@ def over_seeds(base: dict[tuple[str, int], float], mine: dict[tuple[str, int], f
 def kinds_table(arms: dict[str, dict[int, Run]]) -> str:
     """The arms of one setting but for the precision run on other machine kinds (`_setting_key`; e.g. `oracle`,
     `oracle_fp32`, `oracle_xeon`), read together: each seed against GRPO's run of it on its own machine kind
-    (`home_baseline`; a seed with none is left out), the arm − GRPO difference of the final `test` pass@1 and of the in-training mean
-    over the second half, over all the pairs and over seeds (`over_seeds`), and each seed's pairs. A row for
+    (`home_baseline`; a seed with none is left out), the arm − GRPO difference of the final `test` pass@1 and
+    of the in-training mean over the second half, over all the pairs and over seeds (`over_seeds`), and each
+    seed's pairs. A row for
     each setting with two arms or more and two pairs or more; "" where there is none (grpo and its twins,
     `baseline_twins`, are the pairs' other half, not rows)."""
     twins, groups = baseline_twins(arms), {}
     for arm, runs in arms.items():
-        if arm == BASELINE or arm in twins or (setting := _setting_key(runs)) is None:
-            continue
-        pairs = {}
-        for measure in ("test", SECOND_HALF):
-            home, mine = home_baseline(arms, arm, measure)[0], _finals(runs, measure)
-            seeds = set(home) & set(mine)
-            pairs[measure] = ({(arm, s): home[s] for s in seeds}, {(arm, s): mine[s] for s in seeds})
-        if pairs["test"][0]:
-            groups.setdefault(setting, []).append((arm, pairs))
+        if arm != BASELINE and arm not in twins and (setting := _setting_key(runs)) is not None:
+            groups.setdefault(setting, []).append(arm)
     rows = []
-    for group in groups.values():
-        pooled = {measure: ({}, {}) for measure in ("test", SECOND_HALF)}
-        for _, pairs in group:
-            for measure, (b, a) in pairs.items():
-                pooled[measure][0].update(b)
-                pooled[measure][1].update(a)
+    for names in groups.values():
+        pooled = {}  # measure -> (GRPO's, the arms') {(arm, seed): value}
+        for measure in ("test", SECOND_HALF):
+            b, a = {}, {}
+            for arm in names:
+                home, mine = home_baseline(arms, arm, measure)[0], _finals(arms[arm], measure)
+                for s in set(home) & set(mine):
+                    b[arm, s], a[arm, s] = home[s], mine[s]
+            pooled[measure] = (b, a)
         b, a = pooled["test"]
-        if len(group) < 2 or len(b) < 2:
+        names = [arm for arm in names if any(k[0] == arm for k in b)]
+        if len(names) < 2 or len(b) < 2:
             continue
         cpus = {arms[arm][s].cpu for arm, s in b}
-        names = [arm for arm, _ in group]
         each = "; ".join(f"{s}: " + ", ".join(f"{POINTS * (a[arm, s] - b[arm, s]):+.1f}" if (arm, s) in b else "–"
                                               for arm in names) for s in sorted({s for _, s in b}))
         late = pooled[SECOND_HALF]
