@@ -831,3 +831,58 @@ def test_the_larger_evaluation_pairs_each_seed_problem_by_problem_by_hand(tmp_pa
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "not an evaluation of the generator" in err[0], err
 
+
+
+def _reading_study(tmp_path, margin=5):
+    """grpo, and three arms read against it by a reading.yaml (window: the evaluations at steps 10 and 20)."""
+    finals = {"grpo": [0.10, 0.12, 0.11], "good": [0.20, 0.20, 0.20], "none": [0.10, 0.12, 0.11],
+              "maybe": [0.20, 0.12, 0.16]}
+    curves = {"grpo": [[0.1, 0.1, 0.1]] * 3, "good": [[0.1, 0.2, 0.2]] * 3,
+              "none": [[0.1, 0.1, 0.1], [0.1, 0.11, 0.11], [0.1, 0.09, 0.09]],
+              "maybe": [[0.1, 0.2, 0.2], [0.1, 0.1, 0.1], [0.1, 0.15, 0.15]]}
+    for arm in finals:
+        for seed in range(3):
+            _fake_run(tmp_path / arm / f"seed{seed}", finals[arm][seed], 0.0, curves[arm][seed])
+    (tmp_path / "reading.yaml").write_text(f"baseline: grpo\nmargin: {margin}\nwindow: [10, 20]\nsplit: test\n"
+                                           "arms: [good, none, maybe, absent]\n")
+    return tmp_path
+
+
+def test_the_reading_fixed_before_the_runs_by_hand(tmp_path):
+    """Points, seed by seed against grpo (3 seeds; t(2) = 4.303, half-width 4.303 sd / sqrt(3)):
+    good: final diffs [10, 8, 9] (mean 9, sd 1, [6.5, 11.5]); window [10, 10, 10]: HOLDS.
+    none: final [0, 0, 0]; window [0, 1, -1] (sd 1, [-2.5, +2.5]): upper ends below 5: DOES NOT PAY.
+    maybe: final [10, 0, 5] (mean 5, sd 5, [-7.4, +17.4]), the window the same: UNRESOLVED; to put the lower
+    end above 0 at mean 5 and sd 5 the half-width must be <= 5: t(n - 1) <= sqrt(n) first at n = 7 (2.447 <=
+    2.646; n = 6: 2.571 > 2.449)."""
+    text = build_study(_reading_study(tmp_path))
+    reading = text.split("\n\n")[1]                                            # the reading's own table
+    rows = {line.split(" | ")[0].strip("| "): line for line in reading.splitlines() if line.startswith("| ")}
+    assert "+9.0 [+6.5, +11.5] (seeds 0, 1, 2)" in rows["good"] and rows["good"].endswith("| HOLDS |")
+    assert "+0.0 [-2.5, +2.5]" in rows["none"] and rows["none"].endswith("| DOES NOT PAY |")
+    assert "+5.0 [-7.4, +17.4]" in rows["maybe"] and "about 7 seed pairs" in rows["maybe"]
+    assert "no finished runs" in rows["absent"]
+    assert text.index("The reading fixed before the runs") < text.index("| arm |")   # the answer first
+
+
+def test_the_reading_pairs_no_seed_across_machine_kinds(tmp_path):
+    """A seed of an arm that ran on another machine kind than grpo's seed is left out of its pairs."""
+    study = _reading_study(tmp_path)
+    (study / "good" / "seed2" / "env.json").write_text(json.dumps({"cpu": "Intel Xeon", "cpu_capability": "AVX512"}))
+    rows = [line for line in build_study(study).split("\n\n")[1].splitlines() if line.startswith("| good ")]
+    assert "(seeds 0, 1)" in rows[0] and "(seeds 0, 1, 2)" not in rows[0]
+
+
+@pytest.mark.parametrize("content, said", [
+    ("baseline: grpo\nmargin: 5\n", "a reading has baseline, margin, window"),
+    ("baseline: grpo\nmargin: 5\nwindow: [20, 10]\n", "window must be two steps"),
+    ("baseline: grpo\nmargin: 1e9\nwindow: [10, 20]\n", "margin must be a number of points"),
+    ("baseline: grpo\nmargin: 5\nwindow: [10, 20]\narms: oops\n", "arms must be a list"),
+    ("baseline: nobody\nmargin: 5\nwindow: [10, 20]\n", "baseline 'nobody' has no finished runs"),
+])
+def test_a_malformed_reading_is_one_line_and_exit_2(tmp_path, capsys, content, said):
+    study = _reading_study(tmp_path)
+    (study / "reading.yaml").write_text(content)
+    assert main(["study", str(study)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err

@@ -331,7 +331,8 @@ TANGO_MUTATIONS = {
     # are contiguous, so the labels move by one solution: G places)
     "verifier reward off by one": (train_verifier, "verifier_rewards",
                                    lambda f: lambda final, correct, *a, **k: f(final, correct[G_VER:] + correct[:G_VER], *a, **k)),
-    "process advantage sign flipped": (train_verifier, "process_advantages", lambda f: lambda *a, **k: -f(*a, **k)),
+    "process advantage sign flipped": (train_verifier, "credit_advantages",
+                                       lambda f: lambda *a, **k: (lambda rewards, adv: (rewards, -adv))(*f(*a, **k))),
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from functools import partial
 
 import torch
 
@@ -38,6 +39,8 @@ from cotrain.models.verify import verify
 from cotrain.precision import resolve_bf16
 from cotrain.registry import RECIPES
 from cotrain.runs.rundir import resolve_model_dir
+from cotrain.train.compute import flops_estimate
+from cotrain.train.progress import prefix_values
 from cotrain.train.setup import build_task, derive_seed, initial_model, sample_batch, training_pool
 from cotrain.train.verifier import final_noise, oracle_verifications, require_process_labels
 
@@ -165,7 +168,11 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     say(f"sample    {shown!r}")
 
     # ------------------------------------------------------------------ the verifier's (judge's) first verification
-    if cfg.verifier.source != "model":
+    if cfg.verifier.source == "rollouts":
+        say(f"verify    rollouts: Monte Carlo progress from {cfg.verifier.rollouts_k} continuations of each sample at each "
+            f"step boundary, graded by the task (no verifier model, no process labels; cotraining.credit "
+            f"{cfg.cotraining.credit}); measured on a whole step below")
+    elif cfg.verifier.source != "model":
         require_process_labels(task, cfg.verifier.source, cfg.task.name)
         first = oracle_verifications(task, problems[:1], texts[:1], [rewards[0] >= 1], cfg.verifier, seed=cfg.seed)[0]
         report["verification"] = {"source": cfg.verifier.source, "steps": first.steps, "final": first.final}
@@ -228,21 +235,26 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     # a whole step's rollout, timed warm (the first rollout above paid the warm-up): the run's pace; with the
     # rollout capped (--max-new-tokens) the capped first rollout, scaled to a step's prompts, is all it says
     if limit == config_limit:
-        step_ids = encode_generator_prompts(tok, [p.question for p in sample_batch(pool, per_step, cfg.seed, 1)])
+        step_problems = sample_batch(pool, per_step, cfg.seed, 1)
+        step_ids = encode_generator_prompts(tok, [p.question for p in step_problems])
         _sync(dev)
         start = time.perf_counter()
-        generate(model, step_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
-                 temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
-                 seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
+        step_ro = generate(model, step_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                           temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
+                           seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
         _sync(dev)
         rollout_s = time.perf_counter() - start
+        if cfg.verifier.source == "rollouts":
+            report["progress"] = step_progress(cfg, model, tok, task, step_ro, [p for p in step_problems for _ in range(group)])
+            say(progress_line(report["progress"], int(step_ro.completion_mask.sum())))
     else:
         rollout_s = seconds * per_step / len(prompt_ids)
     report["cost"] = run_cost(rollout_s, t.steps, per_step, len(pool), cfg.checkpoint.keep_last,
                               {role: model_info(m, tk) for role, (m, tk, _) in roles.items()},
                               evaluation_counts(cfg.recipe, cfg.eval, t.steps, evaluated),
                               evaluation_pace(rollout_s, per_step * group, limit,
-                                              cfg.eval.max_new_tokens or cfg.grpo.max_new_tokens))
+                                              cfg.eval.max_new_tokens or cfg.grpo.max_new_tokens),
+                              report.get("progress", {}).get("seconds", 0.0))
     say(cost_line(report["cost"], t.steps, per_step) + (
         f" (from the first rollout capped at {limit} new tokens, scaled to {per_step} prompts: a rough guess)"
         if limit != config_limit else ""))
@@ -310,8 +322,38 @@ def eval_sequences(ev: EvalConfig, steps: int, problems: dict[str, int]) -> dict
     return {"during": during, "final": final, "larger": larger}
 
 
+def step_progress(cfg: RunConfig, model, tok, task, ro, problems: list) -> dict:
+    """`verifier.source: rollouts` on a whole step's rollout `ro`, as the run's first step draws it (its seeds):
+    the continuations' prefixes, tokens (forward, generated), FLOPs (2 N a forward token, N the generator's
+    parameters) and seconds, and the first sample's values and rewards."""
+    g = cfg.grpo
+    texts = decode_completions(tok, ro.completion_ids, ro.completion_mask)
+    outcomes = [float(task.grade(text, p) >= 1) for text, p in zip(texts, problems)]
+    draw = partial(generate, model, bf16=cfg.train.bf16, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                   temperature=g.temperature, top_p=g.top_p, top_k=g.top_k)
+    start = time.perf_counter()
+    progress, _ = prefix_values(draw, tok, ro, texts, [ids[m.bool()].tolist() for ids, m in zip(ro.prompt_ids, ro.prompt_mask)],
+                                lambda ts, ps: [task.grade(x, p) >= 1 for x, p in zip(ts, ps)], problems,
+                                k=cfg.verifier.rollouts_k, max_new_tokens=g.max_new_tokens,
+                                seed=derive_seed(cfg.seed, "progress", 1), group_size=g.group_size, outcomes=outcomes,
+                                credit=cfg.cotraining.credit)
+    seconds = time.perf_counter() - start
+    return {"prefixes": progress.prefixes, "tokens_forward": progress.forward, "tokens_generated": progress.generated,
+            "flops": flops_estimate(model.num_parameters(), progress.forward, 0), "seconds": seconds,
+            "first": {"values": progress.values[0], "rewards": progress.rewards[0]}}
+
+
+def progress_line(p: dict, rollout_tokens: int) -> str:
+    """`step_progress` as the line `cotrain check` prints."""
+    first = ", ".join(f"{r:+.2f}" for r in p["first"]["rewards"])
+    return (f"progress  step 1's continuations: {p['prefixes']} prefixes, {p['tokens_generated']:,} tokens generated "
+            f"({p['tokens_generated'] / max(rollout_tokens, 1):.1f}x the rollout's {rollout_tokens:,}), "
+            f"{p['flops']:.3g} FLOPs, {p['seconds']:.1f} s; the first sample's item rewards {first or 'none'}")
+
+
 def run_cost(rollout_s: float, steps: int, per_step: int, pool: int, keep_last: int,
-             roles: dict[str, dict], evaluation: dict[str, int], sequence_s: float) -> dict[str, float]:
+             roles: dict[str, dict], evaluation: dict[str, int], sequence_s: float,
+             progress_s: float = 0.0) -> dict[str, float]:
     """What a run will cost, estimated from the first rollout and the models' sizes.
 
     Args:
@@ -321,6 +363,7 @@ def run_cost(rollout_s: float, steps: int, per_step: int, pool: int, keep_last: 
         roles: `model_info` of each model the run trains.
         evaluation: `eval_sequences`, the sequences the generator's evaluations generate.
         sequence_s: seconds an evaluated sequence takes (`evaluation_pace`).
+        progress_s: seconds a step's Monte Carlo continuations take (`verifier.source: rollouts`), added to a step.
 
     Returns:
         `step_s`: seconds a step, the rollout over `ROLLOUT_SHARE`; `total_s` = steps x step_s (evaluation
@@ -331,7 +374,7 @@ def run_cost(rollout_s: float, steps: int, per_step: int, pool: int, keep_last: 
     """
     weights = sum(4 * r["parameters"] for r in roles.values())
     states = sum(8 * r["trainable"] for r in roles.values())
-    step_s = rollout_s / ROLLOUT_SHARE
+    step_s = rollout_s / ROLLOUT_SHARE + progress_s
     return {"step_s": step_s, "total_s": step_s * steps, "checkpoint_bytes": float(weights + states),
             "disk_bytes": float(keep_last * (weights + states) + weights), "epochs": steps * per_step / max(pool, 1),
             "eval_s": sequence_s * sum(evaluation.values()), "larger_s": sequence_s * evaluation.get("larger", 0)}

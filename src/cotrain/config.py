@@ -239,11 +239,15 @@ class VerifierConfig(_Section):
         "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
         "guessed tokens per forward pass; verdicts unchanged up to float rounding (bench/README.md). 0: off."))
     compile: bool = Field(False, description=_compiled_decoding("the verifier's or judge's verifications"))
-    source: Literal["model", "oracle", "noisy"] = Field("model", description=(
+    source: Literal["model", "oracle", "noisy", "rollouts"] = Field("model", description=(
         "Where the generator's step and final verdicts come from. model: the verifier model (RL Tango). oracle: the "
         "task's process labels and ground-truth outcome, the ceiling of any verifier (no verifier model is built, "
         "warmed up or trained; a run costs about what grpo does). noisy: the oracle's verdicts flipped at "
-        "noise_fp / noise_fn, seeded. Tasks with process labels only; never in a label-free recipe."))
+        "noise_fp / noise_fn, seeded. rollouts: no verdicts; Monte Carlo progress, each step's change to the share "
+        "of rollouts_k continuations graded right (VinePPO, PAV), needing the task's answers alone (cotraining.credit "
+        "step or to_go). oracle and noisy need tasks with process labels; none of them runs in a label-free recipe."))
+    rollouts_k: int = Field(4, ge=1, le=256, description=(
+        "source rollouts: continuations sampled from the generator at each step boundary of each sample."))
     noise_fp: float = Field(0.0, ge=0, le=1, description=(
         "source noisy: the chance that a false step (or a wrong solution's final verdict) is approved."))
     noise_fn: float = Field(0.0, ge=0, le=1, description=(
@@ -262,7 +266,7 @@ class VerifierConfig(_Section):
     def _check(self):
         ModelConfig.check_device(self.device)
         _one_decoding("verifier", self)
-        if self.final_strict and self.source == "model":
+        if self.final_strict and self.source not in ("oracle", "noisy"):
             raise ValueError("verifier.final_strict overrules the oracle's final verdicts by its step verdicts: set "
                              "verifier.source: oracle or noisy")
         if self.source != "noisy" and (self.noise_fp or self.noise_fn or self.noise_final_fp is not None
@@ -298,7 +302,7 @@ class CoTrainingConfig(_Section):
         "Which groups get the process advantage. all: every group (RL Tango), so groups whose samples are all "
         "wrong train on the verdicts alone. mixed: only groups holding right and wrong samples; the others train "
         "not at all, as under GRPO."))
-    credit: Literal["to_go", "min", "final", "min_final", "first_error", "final_compute"] = Field("to_go", description=(
+    credit: Literal["to_go", "min", "final", "min_final", "first_error", "final_compute", "step"] = Field("to_go", description=(
         "How step rewards become each token's process advantage (rl/tango.py). to_go: the sum of the z-normalised "
         "step rewards at and after the token (RL Tango). min: the minimum of the +-1 step rewards (PURE's min-form). "
         "final: to_go with "
@@ -308,7 +312,9 @@ class CoTrainingConfig(_Section):
         "group is all wrong). first_error: -1 on the tokens of the first rejected item (a step, or the final "
         "one) alone, 0 elsewhere: right steps earn nothing, so padding cannot pay. final_compute: final over the "
         "steps that compute alone (wordproblems: that state an equation); a restated fact or prose earns nothing "
-        "and costs nothing, each equation its step reward (every step where the task does not count them)."))
+        "and costs nothing, each equation its step reward (every step where the task does not count them). step: "
+        "final's items as +-1, each z-scored over the group's items and put on its own tokens alone (no sum over later "
+        "items, no 1/K): no length bonus, and a wrong solution's right prefix is credited (docs/design.md)."))
     verify_groups: Literal["all", "trained"] = Field("all", description=(
         "Whose samples a verifier model judges each step. all: every sample (RL Tango). trained: only the groups "
         "the process term trains (with process_groups mixed, those holding right and wrong samples), the same "
@@ -719,12 +725,21 @@ class RunConfig(_Section):
                 f"recipe {self.recipe} is label-free and cannot warm its verifier up on labelled verifications: set "
                 "verifier.warmup_sft_steps: 0 (and verifier.init to an already warmed-up verifier, if wanted)")
         if self.verifier.source != "model" and recipe.label_free:
-            raise ValueError(f"verifier.source: {self.verifier.source} reads the task's process labels and answers; "
+            reads = "answers" if self.verifier.source == "rollouts" else "process labels and answers"
+            raise ValueError(f"verifier.source: {self.verifier.source} reads the task's {reads}; "
                              f"recipe {self.recipe} is label-free: set verifier.source: model")
         if self.verifier.source != "model" and not recipe.step_verdicts:
             readers = [name for name, r in RECIPES.items() if r.step_verdicts]
             raise ValueError(f"verifier.source: {self.verifier.source} stands in for the verifier of "
                              f"{', '.join(readers)}; recipe {self.recipe} reads no step verdicts: set verifier.source: model")
+        if self.verifier.source == "rollouts":
+            tg = self.cotraining
+            reads = [why for why, on in (
+                (f"cotraining.credit {tg.credit} reads verdicts (set step or to_go)", tg.credit not in ("step", "to_go")),
+                ("cotraining.adversarial reads the verifier's approvals", tg.adversarial),
+                ("cotraining.alpha_schedule auto reads the verifier's verdicts", tg.alpha_schedule == "auto")) if on]
+            if reads:
+                raise ValueError(f"verifier.source: rollouts gives no verdicts, only progress: {'; '.join(reads)}")
         if self.recipe == "consistency" and self.cotraining.verify_groups == "trained":
             raise ValueError("cotraining.verify_groups: trained judges only some groups; recipe consistency rewards every "
                              "sample by the verifier's verdict: set cotraining.verify_groups: all")

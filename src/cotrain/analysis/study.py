@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cotrain.analysis.plot import load_metrics
+from cotrain.analysis.reading import read_spec, reading_table
 from cotrain.config import RENAMED_SECTIONS, build_config, read_json_mapping, read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.eval.metrics import wilson_interval
@@ -1026,6 +1027,8 @@ def build_study(study_dir: str | Path) -> str:
     arms = load_study(study_dir)
     add_shared_warmups(arms, study_dir)
     text = study_table(arms, build_start(study_dir))
+    if (study_dir / "reading.yaml").is_file():  # the reading fixed before the runs comes first
+        text = reading_table(arms, read_spec(study_dir / "reading.yaml")) + "\n\n" + text
     picks = best_of_n_by_arm(arms)
     if picks:
         text += "\n\nBest of N samples against N (`test`, the final generator; mean ± 95% CI over seeds):\n\n"

@@ -21,6 +21,12 @@ Algorithm (Zha et al. 2025, "RL Tango"; formulas in docs/design.md):
   adversarial (GAR): the verifier also earns w_catch for rejecting an incorrect solution, the
             generator w_approve for a correct solution the verifier approves.
 
+`verifier.source: rollouts` (VinePPO's Monte Carlo values, PAV's progress; not RL Tango): no verifier and no
+verdicts; at each step boundary of each sample, `verifier.rollouts_k` continuations from the current generator
+(no gradient), V(prefix) the share graded right, and each step's reward V(after) - V(before), the answer's
+outcome - V(before it), V(prompt) the group's mean outcome (rl/progress.py), on each item's own tokens
+(`credit: step`) or summed to go; not z-scored. Its continuations are logged as compute role `progress`.
+
 `cotraining.alpha: auto` (ours, not the paper's): the paper's schedule times the verifier's measured
 reliability r_t in [0, 1] (rl/tango.py `verifier_trust`: 0 for a verifier no measurably better than
 chance on the generator's current samples, 1 from 0.9 balanced accuracy), so that a verifier that
@@ -78,10 +84,11 @@ from cotrain.config import RunConfig
 from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifier_during, injected_heldout
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
-from cotrain.rl.tango import alpha_at, generator_rewards, mix_advantages, verdict_counts, verifier_trust
+from cotrain.rl.tango import generator_rewards, mix_advantages
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
+from cotrain.train.progress import progress_monitors, progress_term
 from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics, rollout_tokens
 from cotrain.train.setup import (
     build_task,
@@ -101,6 +108,7 @@ from cotrain.train.verifier import (
     oracle_results,
     process_term,
     require_process_labels,
+    scheduled_alpha,
     verdict_monitors,
     verdicts_on_samples,
     warm_up,
@@ -119,7 +127,8 @@ def graded(task, texts: list[str], problems: list, group_size: int = 1) -> list[
 
 def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     g, v, tg = cfg.grpo, cfg.verifier, cfg.cotraining
-    oracle = v.source != "model"  # verdicts from the task's labels: no verifier model at all
+    oracle = v.source != "model"  # no verifier model at all: verdicts from the task's labels, or progress (rollouts)
+    rollouts = v.source == "rollouts"  # Monte Carlo progress from continuations: no verdicts
     frozen = cfg.recipe == "frozen_verifier" or tg.ver_steps == 0 or oracle
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
@@ -136,8 +145,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         verifier, vtok, *_ = roles["verifier"] = build_verifier(cfg, frozen)
     warmed = oracle or resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
-    compute = Compute({"gen": model.num_parameters(), "ver": 0 if oracle else verifier.num_parameters()},
-                      session.state.get("compute"))
+    n_params = {"gen": model.num_parameters(), "ver": 0 if oracle else verifier.num_parameters()}
+    compute = Compute(n_params | ({"progress": n_params["gen"]} if rollouts else {}), session.state.get("compute"))
     grade = partial(graded, task)
     n_prompts = cfg.train.batch_size // g.group_size
     if not oracle:
@@ -168,24 +177,27 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- verification of every sample
         correct = grade(texts, problems)
         judged = mixed_groups(correct, g.group_size) if tg.verify_groups == "trained" and not oracle else None
-        vro, parsed, distinct = verdicts_on_samples(None if oracle else (verifier, vtok), task, problems, texts, correct,
-                                                    v, rollout=ro, seed=derive_seed(cfg.seed, "verify", step),
-                                                    bf16=cfg.train.bf16, needed=judged)  # oracle: the task's (no rollout)
+        vro, parsed, distinct = (None, None, 0.0) if rollouts else verdicts_on_samples(
+            None if oracle else (verifier, vtok), task, problems, texts, correct, v, rollout=ro,
+            seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16, needed=judged)  # oracle: the task's (no rollout)
         forward, verified = rollout_tokens(vro) if vro is not None else (0, 0)
         compute.add("ver", forward=forward)
         timer.lap("verify", verified)
 
         # -------------------------------------------------------------- rewards and advantages
         complete = complete_solutions(task, problems, texts)
-        approved = [x.final for x in parsed]
+        approved = [None] * len(texts) if rollouts else [x.final for x in parsed]
         rewards = generator_rewards(correct, approved, tg.adversarial, tg.w_approve)        # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
-        s_rewards, process_adv = process_term(tg, tokenizer, task, ro, texts, parsed, rewards, complete, g.group_size)
-        alpha = alpha_at(step, cfg.train.steps, tg.alpha, tg.alpha_schedule)
-        if tg.alpha_schedule == "auto":  # any rejected step rejects the solution
-            window = [*window, verdict_counts([x.final is True and all(x.steps) for x in parsed], correct)][-5:]
-            trust, trust_ba, _ = verifier_trust(window, trust)
-            alpha *= trust
+        if rollouts:  # k continuations at each step boundary: V(after) - V(before) on each step's tokens
+            progress, process_adv = progress_term(partial(sampler, model, bf16=cfg.train.bf16), tokenizer, ro, texts, grade,
+                                                  problems, rewards, g, v.rollouts_k, tg, compute,
+                                                  seed=derive_seed(cfg.seed, "progress", step))
+            s_rewards = progress.rewards
+            timer.lap("progress", progress.generated)
+        else:
+            s_rewards, process_adv = process_term(tg, tokenizer, task, ro, texts, parsed, rewards, complete, g.group_size)
+        alpha, window, trust, trust_ba = scheduled_alpha(tg, step, cfg.train.steps, parsed, correct, window, trust)
         advantages = mix_advantages(outcome_adv, process_adv, alpha)                      # [B*G, T]
         timer.lap("reward")
 
@@ -204,7 +216,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         # -------------------------------------------------------------- log / eval / checkpoint
         metrics = {
             **reward_metrics("gen", rewards, g.group_size),
-            **verdict_monitors(task, problems, texts, parsed, complete, correct, g.group_size, judged),
+            **(progress_monitors(progress, outcome_adv, g.group_size) if rollouts else
+               verdict_monitors(task, problems, texts, parsed, complete, correct, g.group_size, judged)),
             **rollout_metrics("gen", ro),
             "gen/lr": sched.get_last_lr()[0],
             "gen/alpha": alpha,
@@ -228,7 +241,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                                                            "alpha_trust": trust, **({} if oracle else ver_rl.state())})
 
     # ------------------------------------------------------------------ final evaluation
-    results = (oracle_results(cfg, task, (model, tokenizer)) if oracle else
+    results = (oracle_results(cfg, task, (model, tokenizer)) if oracle and hasattr(task, "step_labels") else {} if oracle else
                final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout, trained=not frozen))
     results["compute"] = compute.summary()
     return finish(session, model, tokenizer, task, cfg.train.steps, other_results=results,

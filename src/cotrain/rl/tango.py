@@ -47,18 +47,54 @@ def step_token_ends(pieces: list[str], line_indices: list[int]) -> list[int]:
     return out
 
 
+def group_statistics(rewards: list[list[float] | None], group_size: int, eps: float = 1e-6
+                     ) -> list[tuple[float, float] | None]:
+    """Each group's (mean, scale) of the z-normalisation of `process_advantages`: over the step rewards of all
+    its usable samples pooled, (mean, std + eps); (0, 1) for a single reward (kept as it is, as RL Tango's code
+    does); None for a group with none."""
+    out = []
+    for start in range(0, len(rewards), group_size):
+        pooled = torch.tensor([r for i in range(start, start + group_size) if rewards[i] is not None for r in rewards[i]])
+        if pooled.numel() == 0:
+            out.append(None)
+        elif pooled.numel() == 1:  # nothing to normalise against: the reward as it is
+            out.append((0.0, 1.0))
+        else:
+            out.append((pooled.mean(), pooled.std() + eps))
+    return out
+
+
+def on_own_tokens(values: list[float], ends: list[int], length: int) -> torch.Tensor:
+    """Each item's value on its own tokens alone, [T]: after the end of the item before it, up to its own end
+    (items closed by one token add up there), 0 after the last item. No sum over later items."""
+    by_end: dict[int, float] = {}
+    for value, end in zip(values, ends, strict=True):
+        end = min(end, length - 1)
+        by_end[end] = by_end.get(end, 0.0) + value
+    out, previous = torch.zeros(length), -1                                          # [T]
+    for end in sorted(by_end):
+        out[previous + 1:end + 1] = by_end[end]
+        previous = end
+    return out
+
+
 def process_advantages(rewards: list[list[float] | None], ends: list[list[int]], group_size: int,
-                       length: int, eps: float = 1e-6, credit: str = "to_go") -> torch.Tensor:
+                       length: int, eps: float = 1e-6, credit: str = "to_go",
+                       stats: list[tuple[float, float] | None] | None = None) -> torch.Tensor:
     """Per-token process advantages from step rewards.
 
     Within each group, the step rewards of all its usable samples are z-normalised together,
-    r~ = (r - mean) / (std + eps); a group with a single step reward keeps it as it is (mean 0, std 1,
-    as RL Tango's code does). Then, for the steps k of sample i that end at or after token t:
+    r~ = (r - mean) / (std + eps) (`group_statistics`); a group with a single step reward keeps it as it is
+    (mean 0, std 1, as RL Tango's code does). Then, for the steps k of sample i that end at or after token t:
 
         to_go (RL Tango)   A_proc[i, t] = sum of their r~_k
         min   (PURE)       A_proc[i, t] = min of their r~_k
+        step  (ours)       A_proc[i, t] = r~_k of the one step k whose tokens hold t (`on_own_tokens`)
 
-    and 0 after the last step. Samples whose rewards are None get 0. The min-form is arXiv 2504.15275's
+    and 0 after the last step. Samples whose rewards are None get 0. Of the two credit properties (`PROPERTIES`):
+    to_go pays for length and credits a wrong solution's right prefix only where the items ahead of it net
+    positive (it holds neither); min holds no length bonus but never credits a right prefix; step holds both.
+    The min-form is arXiv 2504.15275's
     definition (a token's return is the worst step still ahead of it, so a correct prefix is not blamed
     for every later mistake at once, and more steps do not add up to more reward); its code approximates
     it by a softmin-weighted sum over all steps (temperature 0.1), which we do not.
@@ -68,28 +104,29 @@ def process_advantages(rewards: list[list[float] | None], ends: list[list[int]],
         ends: N entries, each the K_i end tokens (same order as the rewards).
         group_size: G.
         length: T.
-        credit: "to_go" or "min" (the `final` forms are these over rewards that end with `final_step_rewards`'
-            item).
+        credit: "to_go", "min" or "step" (the `final` forms are these over rewards that end with
+            `final_step_rewards`' item).
+        stats: each group's (mean, scale) to normalise by instead of its own (`group_statistics`): the
+            property tests hold them fixed while a sample grows.
 
     Returns:
         [N, T].
     """
     assert len(rewards) == len(ends) and len(rewards) % group_size == 0, "one entry per sample, whole groups"
-    assert credit in ("to_go", "min"), f"credit must be to_go or min, got {credit!r}"
+    assert credit in ("to_go", "min", "step"), f"credit must be to_go, min or step, got {credit!r}"
+    stats = group_statistics(rewards, group_size, eps) if stats is None else stats
     out = torch.zeros(len(rewards), length)                                        # [N, T]
-    for start in range(0, len(rewards), group_size):
-        members = range(start, start + group_size)
-        pooled = torch.tensor([r for i in members if rewards[i] is not None for r in rewards[i]])
-        if pooled.numel() == 0:
+    for group, start in enumerate(range(0, len(rewards), group_size)):
+        if stats[group] is None:
             continue
-        if pooled.numel() == 1:  # nothing to normalise against: the reward as it is
-            scale, mean = 1.0, 0.0
-        else:
-            scale, mean = pooled.std() + eps, pooled.mean()
-        for i in members:
+        mean, scale = stats[group]
+        for i in range(start, start + group_size):
             if rewards[i] is None:
                 continue
             normalised = [float((r - mean) / scale) if scale > 0 else 0.0 for r in rewards[i]]  # equal rewards: all 0
+            if credit == "step":
+                out[i] = on_own_tokens(normalised, ends[i], length)
+                continue
             if credit == "to_go":
                 for r, end in zip(normalised, ends[i]):
                     out[i, :min(end, length - 1) + 1] += r                             # reaches every t <= end
@@ -120,7 +157,9 @@ def final_step_rewards(verdicts: list[bool], n_steps: int, final: bool | None, c
     Each of the K step verdicts and the final one earns +-1/(K+1); the final item is +1/(K+1) only when the
     final verdict approves AND the solution is complete (it states an answer and has at least the steps its
     problem needs), so that stopping after a correct prefix, which RL Tango's construction pays as much as a
-    whole correct solution, earns a rejection where the answer should be. When the step verdicts are not
+    whole correct solution, earns a rejection where the answer should be. Summed to go (`credit: final`) these
+    items pay for length (each right item adds to every earlier token, and the 1/(K+1) scale moves with K) and
+    credit a right prefix only where the items ahead net positive (`PROPERTIES`). When the step verdicts are not
     usable (not exactly K of them) the final item alone is scored, +-1.
 
     Args:
@@ -172,7 +211,7 @@ def first_error_advantages(rewards: list[list[float] | None], ends: list[list[in
     left alone, so the whole of every wrong solution is not pushed down alike (the min-form with a final
     item gives every token of a wrong solution the same negative value: an outcome term that, unlike
     GRPO's, is not centred in a group whose samples are all wrong). No group normalisation: the value is
-    the same -1 in every group.
+    the same -1 in every group. It holds no length bonus but credits no right prefix (`PROPERTIES`).
 
     Args:
         rewards: N entries, each the items' rewards (their signs: approved > 0) or None.
@@ -194,6 +233,74 @@ def first_error_advantages(rewards: list[list[float] | None], ends: list[list[in
                 out[i, start:end + 1] = -1.0
                 break
     return out
+
+
+WITH_FINAL = ("final", "min_final", "first_error", "final_compute", "step")
+"""The constructions that score the final verdict as one more item, on the answer's tokens (`final_step_rewards`)."""
+
+PROPERTIES = {  # credit -> (no length bonus, right-prefix credit): tests/test_credit_properties.py checks each both ways
+    "to_go": (False, False),
+    "min": (True, False),
+    "final": (False, False),
+    "min_final": (True, False),
+    "first_error": (True, False),
+    "final_compute": (False, False),
+    "step": (True, True),
+}
+"""Which of two properties each `cotraining.credit` holds (docs/design.md, "Two properties of a credit construction").
+No length bonus: appending an item to a sample, approved or rejected, never raises the process advantage of its
+earlier tokens, the group's normalisation statistics held fixed. Right-prefix credit: in a failed sample, the
+tokens of the approved steps before its first rejected step get a process advantage > 0 wherever the group
+holds a rejected item."""
+
+
+def credit_advantages(credit: str, verdicts: list[list[bool]], finals: list[bool | None], complete: list[bool] | None,
+                      ends: list[list[int]], group_size: int, length: int, computes: list[list[bool]] | None = None,
+                      stats: list[tuple[float, float] | None] | None = None
+                      ) -> tuple[list[list[float] | None], torch.Tensor]:
+    """Each sample's item rewards and the process advantages [N, T] they give under `cotraining.credit`.
+
+    to_go, min: the K step verdicts as +-1/K (`step_rewards`; None unless exactly K), summed from each token to the
+    end (RL Tango) or minimised there over +-1 (PURE's min-form, `unscaled`). final, min_final, first_error, step:
+    `final_step_rewards`' items (the steps, then the final verdict on the answer's tokens, rejected for a sample
+    that is not `complete`), summed to go, minimised over +-1, the first rejected item's tokens alone at -1
+    (`first_error_advantages`), or each item's +-1 z-scored over the group's items on its own tokens alone
+    (`step`: no sum over later items, no 1/K). final_compute: final over the steps that compute alone
+    (`computing_items`). `PROPERTIES` says which of the two credit properties each holds.
+
+    Args:
+        verdicts: N entries, each the step verdicts of one sample.
+        finals: N final verdicts (None: none given).
+        complete: N flags, whether each sample states an answer and has the steps its problem needs (read by the
+            constructions with a final item).
+        ends: N entries, each K_i step-end tokens, then (constructions with a final item) the answer's.
+        group_size: G.
+        length: T.
+        computes: final_compute: N entries, per step whether it computes.
+        stats: each group's normalisation to use instead of its own (`process_advantages`).
+
+    Returns:
+        (N item-reward lists or None, [N, T]).
+    """
+    with_final = credit in WITH_FINAL
+    n_steps = [len(e) - with_final for e in ends]
+    if credit == "final_compute":
+        assert computes is not None and len(computes) == len(ends), "credit final_compute needs the lines that compute"
+        items = [computing_items(v, e, c) for v, e, c in zip(verdicts, ends, computes)]
+        verdicts, ends = [kept for kept, _ in items], [e for _, e in items]
+        n_steps = [len(kept) for kept in verdicts]
+    if with_final:
+        assert complete is not None and len(complete) == len(ends), "credit final needs each sample's completeness"
+        s_rewards = [final_step_rewards(v, k, f, c) for v, k, f, c in zip(verdicts, n_steps, finals, complete)]
+        ends = [e if len(r) == len(e) else e[-1:] for r, e in zip(s_rewards, ends)]  # the final item alone
+    else:
+        s_rewards = [step_rewards(v, k) for v, k in zip(verdicts, n_steps)]
+    if credit == "first_error":  # the first rejected item's tokens alone, -1
+        return s_rewards, first_error_advantages(s_rewards, ends, length)
+    if credit in ("min", "min_final", "step"):  # +-1: scaled by 1/K the minimum pays for length, and step needs no K
+        s_rewards = unscaled(s_rewards)
+    form = {"min": "min", "min_final": "min", "step": "step"}.get(credit, "to_go")
+    return s_rewards, process_advantages(s_rewards, ends, group_size, length, credit=form, stats=stats)
 
 
 def only_mixed_groups(process: torch.Tensor, rewards: torch.Tensor, group_size: int) -> torch.Tensor:

@@ -5,6 +5,7 @@ co-training monitors, and the final comparison with the warmed-up verifier (form
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -24,18 +25,17 @@ from cotrain.models.prompts import decode_completions, encode_completion, encode
 from cotrain.models.verify import encode_pair_prompts, encode_verifier_prompts, step_ends, verify
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.tango import (
+    WITH_FINAL,
+    alpha_at,
     class_weights,
-    computing_items,
-    final_step_rewards,
-    first_error_advantages,
+    credit_advantages,
     flip_verdicts,
     mixed_mask,
     most_uncertain,
     only_mixed_groups,
-    process_advantages,
-    step_rewards,
-    unscaled,
+    verdict_counts,
     verifier_rewards,
+    verifier_trust,
 )
 from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
 from cotrain.runs.rundir import Progress, write_jsonl_gz_atomic
@@ -129,37 +129,29 @@ def process_term(tg: CoTrainingConfig, tokenizer, task, ro: Rollout, texts: list
     return s_rewards, process_adv
 
 
+def scheduled_alpha(tg: CoTrainingConfig, step: int, total: int, parsed: list[Verification] | None, correct: list[bool],
+                    window: list[tuple], trust: float) -> tuple[float, list[tuple], float, float]:
+    """The process advantage's weight at generator step `step` of `total` (rl/tango.py `alpha_at`): under
+    `alpha_schedule: auto` times the verifier's measured trust over the verdict counts of the last 5 steps
+    (`verifier_trust`; a solution with any rejected step counts as rejected). Returns (alpha, the window, the
+    trust, the balanced accuracy behind it: nan unless auto)."""
+    alpha = alpha_at(step, total, tg.alpha, tg.alpha_schedule)
+    if tg.alpha_schedule != "auto":
+        return alpha, window, trust, math.nan
+    window = [*window, verdict_counts([x.final is True and all(x.steps) for x in parsed], correct)][-5:]
+    trust, trust_ba, _ = verifier_trust(window, trust)
+    return alpha * trust, window, trust, trust_ba
+
+
 def verdict_process_advantages(tokenizer, ro: Rollout, texts: list[str], parsed: list[Verification],
                                group_size: int, credit: str = "to_go", complete: list[bool] | None = None,
                                computes: list[list[bool]] | None = None
                                ) -> tuple[list[list[float] | None], torch.Tensor]:
-    """Each sample's step rewards and the process advantages [N, T] they give (z-normalised over the group,
-    then summed (`to_go`) or minimised (`min`) from each token to the end; rl/tango.py `process_advantages`;
-    `first_error`: -1 on the first rejected item's tokens alone, `first_error_advantages`).
-    Step rewards are +-1/K from the K step verdicts (None unless exactly K were parsed); with `credit`
-    final, min_final or first_error, `final_step_rewards`: the final verdict one more step on the answer's
-    tokens, rejected for a sample that is not `complete`; final_compute: final over the steps that
-    compute alone (`computes`, per sample and step; `computing_items`)."""
-    n_steps = [len(split_steps(t)) for t in texts]
-    with_final = credit in ("final", "min_final", "first_error", "final_compute")
-    ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts, answer=with_final)
-    if credit == "final_compute":
-        assert computes is not None and len(computes) == len(texts), "credit final_compute needs the lines that compute"
-        items = [computing_items(x.steps, e, c) for x, e, c in zip(parsed, ends, computes)]
-        parsed = [Verification(steps=kept, final=x.final, format=x.format) for x, (kept, _) in zip(parsed, items)]
-        n_steps, ends = [len(kept) for kept, _ in items], [e for _, e in items]
-    if with_final:
-        assert complete is not None and len(complete) == len(texts), "credit final needs each sample's completeness"
-        s_rewards = [final_step_rewards(x.steps, k, x.final, c) for x, k, c in zip(parsed, n_steps, complete)]
-        ends = [e if len(r) == len(e) else e[-1:] for r, e in zip(s_rewards, ends)]  # the final item alone
-    else:
-        s_rewards = [step_rewards(x.steps, k) for x, k in zip(parsed, n_steps)]
-    if credit == "first_error":  # the first rejected item's tokens alone, -1
-        return s_rewards, first_error_advantages(s_rewards, ends, ro.completion_ids.shape[1])
-    if credit in ("min", "min_final"):  # the minimum of +-1 step rewards: scaled by 1/K it pays for length
-        s_rewards = unscaled(s_rewards)
-    form = "min" if credit in ("min", "min_final") else "to_go"
-    return s_rewards, process_advantages(s_rewards, ends, group_size, ro.completion_ids.shape[1], credit=form)
+    """Each sample's step rewards and the process advantages [N, T] they give under `credit`
+    (rl/tango.py `credit_advantages`), the steps' and the answer's end tokens read from the rollout."""
+    ends = step_ends(tokenizer, ro.completion_ids, ro.completion_mask, texts, answer=credit in WITH_FINAL)
+    return credit_advantages(credit, [x.steps for x in parsed], [x.final for x in parsed], complete, ends, group_size,
+                             ro.completion_ids.shape[1], computes)
 
 
 def require_process_labels(task, source: str, name: str) -> None:
@@ -168,7 +160,7 @@ def require_process_labels(task, source: str, name: str) -> None:
     Raises:
         UserError: one line naming the tasks that have them.
     """
-    if source != "model" and not hasattr(task, "step_labels"):
+    if source in ("oracle", "noisy") and not hasattr(task, "step_labels"):
         raise UserError(f"verifier.source: {source} reads the task's process labels; task {name} has none "
                         "(tasks with them: countdown, arith, wordproblems)")
 
