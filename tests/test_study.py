@@ -842,7 +842,9 @@ def _reading_study(tmp_path, margin=5):
               "maybe": [[0.1, 0.2, 0.2], [0.1, 0.1, 0.1], [0.1, 0.15, 0.15]]}
     for arm in finals:
         for seed in range(3):
-            _fake_run(tmp_path / arm / f"seed{seed}", finals[arm][seed], 0.0, curves[arm][seed])
+            d = _fake_run(tmp_path / arm / f"seed{seed}", finals[arm][seed], 0.0, curves[arm][seed])
+            with open(d / "metrics.jsonl", "a") as f:  # the final evaluation's row repeats the last step: not in the window
+                f.write(json.dumps({"step": 20, "eval/test/pass@1": finals[arm][seed], "eval/test/n": 1000}) + "\n")
     (tmp_path / "reading.yaml").write_text(f"baseline: grpo\nmargin: {margin}\nwindow: [10, 20]\nsplit: test\n"
                                            "arms: [good, none, maybe, absent]\n")
     return tmp_path

@@ -47,9 +47,14 @@ def read_spec(path: Path) -> dict:
 
 def window_mean(run, window: list[int]) -> float | None:
     """The mean in-training pass@1 over the evaluations at steps window[0]..window[1], None unless the run
-    evaluated at both ends."""
-    values = [a for s, a in zip(run.steps, run.acc) if window[0] <= s <= window[1]]
-    return sum(values) / len(values) if window[0] in run.steps and window[1] in run.steps else None
+    evaluated at both ends. The final evaluation logs its pass@1 at the last step once more (on `eval.n`
+    problems): that row is no in-training evaluation and is left out."""
+    points = list(zip(run.steps, run.acc))
+    if len(points) >= 2 and points[-1][0] == points[-2][0]:
+        points = points[:-1]
+    values = [a for s, a in points if window[0] <= s <= window[1]]
+    steps = {s for s, _ in points}
+    return sum(values) / len(values) if window[0] in steps and window[1] in steps else None
 
 
 def _pairs(base: dict, runs: dict, value) -> tuple[list[float], list[int]]:
