@@ -96,8 +96,10 @@ def run_all(out: Path, tree: Path, only: list[str] | None) -> dict:
                                 capture_output=True, text=True).stdout.strip())
     kernels = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
                if k in os.environ}
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:30] if ":" in line)
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    cpu = (f"{info.get('model name', platform.processor())} {info.get('cpu family', '?')}/{info.get('model', '?')}"
+           if info else platform.processor())
     summary = {"commit": commit, "dirty": dirty, "cpu": cpu, "kernels": kernels, "digests": digests}
     (out / "digests.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

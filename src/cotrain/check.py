@@ -22,7 +22,7 @@ from functools import partial
 import torch
 
 from cotrain import registry
-from cotrain.config import EvalConfig, RunConfig
+from cotrain.config import EvalConfig, GrpoConfig, RunConfig, VerifierConfig
 from cotrain.dist import device
 from cotrain.errors import UserError
 from cotrain.eval.evaluate import require_eval_splits
@@ -245,7 +245,8 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         _sync(dev)
         rollout_s = time.perf_counter() - start
         if cfg.verifier.source == "rollouts":
-            report["progress"] = step_progress(cfg, model, tok, task, step_ro, [p for p in step_problems for _ in range(group)])
+            report["progress"] = step_progress(g, cfg.verifier, cfg.cotraining.credit, cfg.seed, t.bf16, model, tok, task, step_ro,
+                                               [p for p in step_problems for _ in range(group)])
             say(progress_line(report["progress"], int(step_ro.completion_mask.sum())))
     else:
         rollout_s = seconds * per_step / len(prompt_ids)
@@ -322,21 +323,20 @@ def eval_sequences(ev: EvalConfig, steps: int, problems: dict[str, int]) -> dict
     return {"during": during, "final": final, "larger": larger}
 
 
-def step_progress(cfg: RunConfig, model, tok, task, ro, problems: list) -> dict:
+def step_progress(g: GrpoConfig, v: VerifierConfig, credit: str, seed: int, bf16: bool, model, tok, task, ro,
+                  problems: list) -> dict:
     """`verifier.source: rollouts` on a whole step's rollout `ro`, as the run's first step draws it (its seeds):
     the continuations' prefixes, tokens (forward, generated), FLOPs (2 N a forward token, N the generator's
     parameters) and seconds, and the first sample's values and rewards."""
-    g = cfg.grpo
     texts = decode_completions(tok, ro.completion_ids, ro.completion_mask)
     outcomes = [float(task.grade(text, p) >= 1) for text, p in zip(texts, problems)]
-    draw = partial(generate, model, bf16=cfg.train.bf16, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+    draw = partial(generate, model, bf16=bf16, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
                    temperature=g.temperature, top_p=g.top_p, top_k=g.top_k)
     start = time.perf_counter()
     progress, _ = prefix_values(draw, tok, ro, texts, [ids[m.bool()].tolist() for ids, m in zip(ro.prompt_ids, ro.prompt_mask)],
                                 lambda ts, ps: [task.grade(x, p) >= 1 for x, p in zip(ts, ps)], problems,
-                                k=cfg.verifier.rollouts_k, max_new_tokens=g.max_new_tokens,
-                                seed=derive_seed(cfg.seed, "progress", 1), group_size=g.group_size, outcomes=outcomes,
-                                credit=cfg.cotraining.credit)
+                                k=v.rollouts_k, max_new_tokens=g.max_new_tokens, seed=derive_seed(seed, "progress", 1),
+                                group_size=g.group_size, outcomes=outcomes, credit=credit)
     seconds = time.perf_counter() - start
     return {"prefixes": progress.prefixes, "tokens_forward": progress.forward, "tokens_generated": progress.generated,
             "flops": flops_estimate(model.num_parameters(), progress.forward, 0), "seconds": seconds,

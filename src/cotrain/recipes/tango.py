@@ -190,9 +190,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         rewards = generator_rewards(correct, approved, tg.adversarial, tg.w_approve)        # [B*G]
         outcome_adv = group_advantages(rewards, g.group_size, g.scale_rewards)              # [B*G]
         if rollouts:  # k continuations at each step boundary: V(after) - V(before) on each step's tokens
-            progress, process_adv = progress_term(partial(sampler, model, bf16=cfg.train.bf16), tokenizer, ro, texts, grade,
-                                                  problems, rewards, g, v.rollouts_k, tg, compute,
-                                                  seed=derive_seed(cfg.seed, "progress", step))
+            progress, process_adv = progress_term(sampler, model, tokenizer, ro, texts, grade, problems, rewards, g, v, tg,
+                                                  compute, derive_seed(cfg.seed, "progress", step), cfg.train.bf16)
             s_rewards = progress.rewards
             timer.lap("progress", progress.generated)
         else:

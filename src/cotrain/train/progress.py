@@ -9,7 +9,7 @@ from functools import partial
 
 import torch
 
-from cotrain.config import CoTrainingConfig, GrpoConfig
+from cotrain.config import CoTrainingConfig, GrpoConfig, VerifierConfig
 from cotrain.models.generate import Rollout
 from cotrain.models.verify import step_ends
 from cotrain.rl.progress import progress_advantages, progress_rewards, prompt_values
@@ -97,21 +97,18 @@ def prefix_values(sample: Callable[..., Rollout], tokenizer, ro: Rollout, texts:
     return progress, progress_advantages(rewards, ends, ro.completion_ids.shape[1], credit)
 
 
-def progress_term(sample: Callable[..., Rollout], tokenizer, ro: Rollout, texts: list[str], grade, problems: list,
-                  rewards: torch.Tensor, g: GrpoConfig, k: int, tg: CoTrainingConfig, compute: Compute, *, seed: int
-                  ) -> tuple[Progress, torch.Tensor]:
-    """Monte Carlo progress of a generator rollout and its process advantages [N, T] (`prefix_values`): `k`
-    continuations at the generator's sampling settings `g`, placed by `tg.credit`, set to 0 in the groups whose
-    outcome rewards [N] are all equal under `tg.process_groups: mixed`. The continuations' tokens are added to
-    `compute`'s role `progress`.
-
-    Args:
-        sample: `generate`'s signature bound to the generator (and its precision).
-    """
-    draw = partial(sample, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
-                   top_p=g.top_p, top_k=g.top_k)
+def progress_term(sampler: Callable[..., Rollout], model, tokenizer, ro: Rollout, texts: list[str], grade, problems: list,
+                  rewards: torch.Tensor, g: GrpoConfig, v: VerifierConfig, tg: CoTrainingConfig, compute: Compute, seed: int,
+                  bf16: bool) -> tuple[Progress, torch.Tensor]:
+    """Monte Carlo progress of a generator rollout and its process advantages [N, T] (`prefix_values`):
+    `v.rollouts_k` continuations drawn by `sampler(model, ...)` (`generate`'s signature: the recipe's `Sampler`) at
+    the generator's sampling settings `g`, placed by `tg.credit`, set to 0 in the groups whose outcome rewards [N]
+    are all equal under `tg.process_groups: mixed`. The continuations' tokens are added to `compute`'s role
+    `progress`."""
+    draw = partial(sampler, model, bf16=bf16, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                   temperature=g.temperature, top_p=g.top_p, top_k=g.top_k)
     prompts = [ids[m.bool()].tolist() for ids, m in zip(ro.prompt_ids, ro.prompt_mask)]
-    progress, process_adv = prefix_values(draw, tokenizer, ro, texts, prompts, grade, problems, k=k,
+    progress, process_adv = prefix_values(draw, tokenizer, ro, texts, prompts, grade, problems, k=v.rollouts_k,
                                           max_new_tokens=g.max_new_tokens, seed=seed, group_size=g.group_size,
                                           outcomes=rewards.tolist(), credit=tg.credit)
     if tg.process_groups == "mixed":
