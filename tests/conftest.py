@@ -69,7 +69,12 @@ def warm_verifier():
 
 
 def run_recipe(cfg, run_dir, resume: bool = False) -> dict:
-    """Run the recipe `cfg.recipe` names, as `cotrain run` does (through the registry)."""
+    """Run the recipe `cfg.recipe` names, as `cotrain run` does (through the registry, the plots drawn after it
+    returns with `log.plots`)."""
     from cotrain import registry
+    from cotrain.analysis.plot import plot_finished
 
-    return registry.load(cfg.recipe).run(cfg, run_dir, resume=resume)
+    results = registry.load(cfg.recipe).run(cfg, run_dir, resume=resume)
+    if cfg.log.plots:
+        plot_finished(run_dir)
+    return results

@@ -103,6 +103,18 @@ def test_nothing_below_the_recipes_imports_one():
     assert not upward, upward
 
 
+TRAINING = ("cotrain.runs", "cotrain.train", "cotrain.recipes", "cotrain.rl", "cotrain.models", "cotrain.eval")
+
+
+def test_training_never_imports_reporting():
+    """A run writes its files; the command line (or whoever called the recipe) draws the plots after it returns.
+    No module that trains, evaluates or keeps a run imports `cotrain.analysis` (the count was 2 in runs/:
+    alarms.py for load_metrics, session.py for the plots)."""
+    upward = sorted(f"{m} -> {t}" for m, targets in import_graph().items() if m.startswith(TRAINING)
+                    for t in targets if t.startswith("cotrain.analysis"))
+    assert not upward, upward
+
+
 def _recipe_files() -> list[Path]:
     return sorted(p for p in RECIPES.glob("*.py") if p.name != "__init__.py")
 

@@ -67,6 +67,9 @@ def cmd_run(args) -> int:
     dist.close()
     if main_process:
         _print_results(out, results)
+        if cfg.log.plots:
+            from cotrain.analysis.plot import plot_finished
+            plot_finished(out)
     if several:
         _exit_without_teardown()
     return 0
@@ -269,7 +272,11 @@ def _demo_stage(name: str, raw: dict, out: Path, starts: dict, args, overrides: 
         print("   (already finished; --force reruns)")
         return json.loads((out / name / "eval.json").read_text())
     resume = args.resume or (out / name / "checkpoints").exists()
-    return registry.load(cfg.recipe).run(cfg, out / name, resume=resume)
+    results = registry.load(cfg.recipe).run(cfg, out / name, resume=resume)
+    if cfg.log.plots:
+        from cotrain.analysis.plot import plot_finished
+        plot_finished(out / name)
+    return results
 
 
 def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[str], n: int, steps: int,

@@ -15,7 +15,6 @@ leaves no global state behind (style settings live in an `rc_context`).
 """
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import math
@@ -31,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from cotrain import registry
+from cotrain.runs.rundir import load_metrics
 
 log = logging.getLogger(__name__)
 
@@ -94,43 +94,6 @@ class _Run:
 # --------------------------------------------------------------------------- reading
 
 
-def load_metrics(run_dir: Path) -> list[dict]:
-    """Read `run_dir/metrics.jsonl` (or the gzipped `metrics.jsonl.gz` of a run kept under `results/`),
-    skipping every line that is not a JSON object.
-
-    A run killed mid-write leaves a truncated last line; a crash can leave junk in the middle. Both are
-    dropped rather than failing the whole read. Values are returned as written (None/NaN included).
-
-    Args:
-        run_dir: the run directory.
-
-    Returns:
-        One dict per good line, in file order; [] when the file is missing or empty.
-    """
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file() and path.with_suffix(".jsonl.gz").is_file():
-        path = path.with_suffix(".jsonl.gz")
-    if not path.is_file():
-        log.warning("no metrics.jsonl in %s", run_dir)
-        return []
-    rows, skipped = [], 0
-    # errors="replace": a line cut inside a multi-byte character must not make the whole file unreadable.
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                skipped += 1
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-            else:
-                skipped += 1
-    if skipped:
-        log.info("skipped %d unparseable line(s) in %s", skipped, path)
-    return rows
 
 
 def load_eval(run_dir: Path) -> dict[tuple[str, str], float]:
@@ -247,6 +210,15 @@ def _window(n_points: int, smooth: int) -> int:
 
 
 # --------------------------------------------------------------------------- plotting
+
+
+def plot_finished(run_dir: Path) -> None:
+    """The plots of one finished run (`plot_runs`), drawn by the command line or the Python API after the recipe
+    returns (`log.plots`): a plot never costs a finished run, so a failure is one warning line."""
+    try:
+        plot_runs([Path(run_dir)])
+    except Exception as err:  # noqa: BLE001
+        print(f"warning: plotting failed: {err}")
 
 
 def plot_runs(run_dirs: list[Path], out_dir: Path | None = None, smooth: int = 0,

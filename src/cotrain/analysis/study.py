@@ -28,15 +28,28 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cotrain.analysis.plot import load_metrics
 from cotrain.analysis.reading import read_spec, reading_table
 from cotrain.config import RENAMED_SECTIONS, build_config, read_json_mapping, read_yaml_mapping
 from cotrain.errors import UserError
 from cotrain.eval.metrics import wilson_interval
 from cotrain.eval.verifier_metrics import sound_balanced_accuracy, whole_verdict_errors
 from cotrain.registry import RECIPES, STUDY
-from cotrain.stats import (POINTS, Z975, Criterion, Paired, auto_criteria, ceiling_share, evaluation_sd, interval, mean_ci95,
-                           paired_difference, paired_evaluation_sd, plan_criteria, seeds_needed)
+from cotrain.runs.rundir import load_metrics
+from cotrain.stats import (
+    POINTS,
+    Z975,
+    Criterion,
+    Paired,
+    auto_criteria,
+    ceiling_share,
+    evaluation_sd,
+    interval,
+    mean_ci95,
+    paired_difference,
+    paired_evaluation_sd,
+    plan_criteria,
+    seeds_needed,
+)
 
 BASELINE, LABELFREE, LONG, CURVE = STUDY.baseline, STUDY.labelfree, STUDY.long, "eval/test/pass@1"
 JUDGE = "gt/judge_agree"  # a judge's verdicts against the truth, read for display only (label-free recipes)

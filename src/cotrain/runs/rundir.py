@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 import os
 import random
@@ -22,6 +23,8 @@ import yaml
 
 from cotrain.errors import UserError
 from cotrain.models import gguf_source
+
+log = logging.getLogger(__name__)
 
 
 def prepare_run_dir(path: str | Path, resume: bool = False) -> Path:
@@ -310,3 +313,42 @@ class Progress:
 def _fmt(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+def load_metrics(run_dir: Path) -> list[dict]:
+    """Read `run_dir/metrics.jsonl` (or the gzipped `metrics.jsonl.gz` of a run kept under `results/`),
+    skipping every line that is not a JSON object.
+
+    A run killed mid-write leaves a truncated last line; a crash can leave junk in the middle. Both are
+    dropped rather than failing the whole read. Values are returned as written (None/NaN included).
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        One dict per good line, in file order; [] when the file is missing or empty.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file() and path.with_suffix(".jsonl.gz").is_file():
+        path = path.with_suffix(".jsonl.gz")
+    if not path.is_file():
+        log.warning("no metrics.jsonl in %s", run_dir)
+        return []
+    rows, skipped = [], 0
+    # errors="replace": a line cut inside a multi-byte character must not make the whole file unreadable.
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                skipped += 1
+    if skipped:
+        log.info("skipped %d unparseable line(s) in %s", skipped, path)
+    return rows

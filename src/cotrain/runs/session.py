@@ -167,7 +167,8 @@ def savable(roles: dict) -> dict:
 def finish(session: Session, model, tokenizer, task: Task, step: int,
            other_models: dict | None = None, other_results: dict | None = None,
            generator_results: dict | None = None) -> dict:
-    """Save the final model(s), evaluate every split, write eval.json and (with `log.plots`) plots.
+    """Save the final model(s), evaluate every split and write eval.json (the caller draws the plots: a run
+    never imports reporting).
 
     Args:
         other_models: {role: (model, tokenizer)} saved beside the generator in `final/`.
@@ -204,12 +205,6 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
                                     **{**cfg.eval_settings(), "k": 0, "n_sampled": 0})
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
-    if dist.is_main() and cfg.log.plots:
-        try:
-            from cotrain.analysis.plot import plot_runs
-            plot_runs([session.run_dir])
-        except Exception as err:  # a plot must never cost a finished run
-            print(f"warning: plotting failed: {err}")
     return results
 
 
