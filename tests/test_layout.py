@@ -418,3 +418,30 @@ def recipe_literals() -> list[str]:
 def test_few_recipe_names_are_written_outside_the_recipes():
     hold_count(recipe_literals(), RECIPE_LITERAL_LIMIT, "recipe names written outside recipes/, registry.py and config.py",
                "declare what a recipe is in registry.py (its Recipe entry), or read it from the file that names it")
+
+
+def recipe_comparisons() -> list[str]:
+    """`module:line` of each comparison of a recipe's name with a string (`cfg.recipe == "tango"`, `recipe in
+    ("a", "b")`) outside recipes/ and registry.py: what a recipe is belongs in its registry entry."""
+    from cotrain.registry import RECIPES as NAMES
+
+    out = []
+    for rel, tree in library_trees("/registry.py"):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            names = [s for s in sides if (isinstance(s, ast.Attribute) and s.attr == "recipe")
+                     or (isinstance(s, ast.Name) and s.id == "recipe")]
+            strings = [s for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)
+                       or isinstance(s, (ast.Tuple, ast.List, ast.Set))
+                       and any(isinstance(e, ast.Constant) and e.value in NAMES for e in s.elts)]
+            if names and strings:
+                out.append(f"{rel}:{node.lineno}")
+    return sorted(out)
+
+
+def test_no_recipe_name_is_compared_outside_the_recipes_and_the_registry():
+    """Was 2, both in config.py (`recipe != "sft"`, `recipe == "consistency"`): now registry flags."""
+    hold_count(recipe_comparisons(), 0, "comparisons of a recipe's name outside recipes/ and registry.py",
+               "give the recipe a flag in its registry entry and read that")

@@ -21,7 +21,7 @@ MAX_COUNT = 10**9
 larger one (10**4000, say) would only fail deep inside torch or numpy."""
 
 
-GUARDED = ("consistency", "triad", "reliability")
+GUARDED = tuple(name for name, r in RECIPES.items() if r.guarded)
 """The recipes whose solver updates `safeguard` can scale."""
 
 
@@ -716,7 +716,7 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self):
-        rl = self.recipe != "sft"
+        rl = RECIPES[self.recipe].groups
         recipe = RECIPES[self.recipe]
         if recipe.label_free and "warmup_sft_steps" not in self.verifier.model_fields_set:
             self.verifier.warmup_sft_steps = 0   # the default warm-up reads labels
@@ -740,10 +740,10 @@ class RunConfig(_Section):
                 ("cotraining.alpha_schedule auto reads the verifier's verdicts", tg.alpha_schedule == "auto")) if on]
             if reads:
                 raise ValueError(f"verifier.source: rollouts gives no verdicts, only progress: {'; '.join(reads)}")
-        if self.recipe == "consistency" and self.cotraining.verify_groups == "trained":
-            raise ValueError("cotraining.verify_groups: trained judges only some groups; recipe consistency rewards every "
+        if recipe.rewards_every_verdict and self.cotraining.verify_groups == "trained":
+            raise ValueError(f"cotraining.verify_groups: trained judges only some groups; recipe {self.recipe} rewards every "
                              "sample by the verifier's verdict: set cotraining.verify_groups: all")
-        if self.safeguard.enabled and self.recipe not in GUARDED:
+        if self.safeguard.enabled and not recipe.guarded:
             raise ValueError(f"safeguard.enabled guards the label-free recipes {', '.join(GUARDED)}; "
                              f"recipe {self.recipe} has none: set safeguard.enabled: false")
         if self.train.fsdp and not recipe.fsdp:

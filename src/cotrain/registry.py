@@ -30,22 +30,26 @@ class Recipe:
     labels: str = "outcomes"    # the labels its training reads (the comparison tables' column)
     step_verdicts: bool = False  # its generator's process reward reads step verdicts (verifier.source can stand in)
     control: bool = False       # it trains one model on labels alone: a study's control, never a co-training arm
+    groups: bool = True         # it samples groups of completions (grpo.group_size divides its batch); sft does not
+    rewards_every_verdict: bool = False  # its reward reads the verifier's verdict on every sample (verify_groups: all)
+    guarded: bool = False       # the safeguard (safeguard.enabled) can guard it
 
 
 CO_TRAINING = ("generator", "verifier")
 SELF_PLAY = ("proposer", "solver", "judge")  # the solver is the generator; one model may play all three
 
 RECIPES: dict[str, Recipe] = {
-    "sft": Recipe("sft", labels="reference solutions", control=True),
+    "sft": Recipe("sft", labels="reference solutions", control=True, groups=False),
     "grpo": Recipe("grpo", vllm=True, control=True),
     "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels",
                     step_verdicts=True),
     "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(
         "RL Tango's baseline (experiment 1.2): the verifier warmed up, then frozen; only the generator trains."),
         labels="outcomes; the verifier's warm-up: process labels", step_verdicts=True),
-    "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True, labels="none (a given verifier)"),
-    "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none"),
-    "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none"),
+    "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True, labels="none (a given verifier)",
+                          rewards_every_verdict=True, guarded=True),
+    "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none", guarded=True),
+    "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none", guarded=True),
     "prime": Recipe("prime", fsdp=False),
     "spin": Recipe("spin", fsdp=False, labels="reference solutions"),
     "mars": Recipe("mars", fsdp=False, labels="outcomes; the roles' warm-up: reference solutions"),
