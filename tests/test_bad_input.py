@@ -222,10 +222,11 @@ def test_a_checkpoint_the_disk_cannot_hold_is_one_line_and_keeps_the_one_before(
     from cotrain.models.build import build_model
     from cotrain.recipes import grpo
     from cotrain.runs import rundir
+    from cotrain.runs.policy import Policy
 
     model, tok = build_model(ModelConfig(preset="nano"), seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    roles = {"generator": (model, tok, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))}
+    roles = {"generator": Policy(model, tok, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))}
     real = torch.save
 
     def full_disk(obj, path, *args, **kwargs):

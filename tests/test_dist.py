@@ -370,13 +370,14 @@ def test_a_resume_loads_each_role_s_optimizer_onto_the_device_its_model_is_on(tm
     from cotrain.config import ModelConfig
     from cotrain.models.build import build_model
     from cotrain.runs import rundir
+    from cotrain.runs.policy import Policy
 
     model, tok = build_model(ModelConfig(preset="nano"), seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
     opt.step()
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    roles = {"generator": (model, tok, opt, sched)}
+    roles = {"generator": Policy(model, tok, opt, sched)}
     ckpt = rundir.save_checkpoint(tmp_path, 1, roles, {"step": 1, "rng": rundir.rng_state()}, keep_last=1)
     saved = {k: v.clone() for k, v in opt.state_dict()["state"][0].items() if torch.is_tensor(v)}
     seen, real = [], torch.load
@@ -387,6 +388,6 @@ def test_a_resume_loads_each_role_s_optimizer_onto_the_device_its_model_is_on(tm
 
     monkeypatch.setattr(rundir.torch, "load", recording)
     opt2 = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    rundir.load_checkpoint_state(ckpt, {"generator": (model, tok, opt2, torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0))})
+    rundir.load_checkpoint_state(ckpt, {"generator": Policy(model, tok, opt2, torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0))})
     assert seen == [("optim.pt", "cpu"), ("state.pt", "cpu")]
     assert all(torch.equal(opt2.state_dict()["state"][0][k], v) for k, v in saved.items())

@@ -45,6 +45,7 @@ from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.rl.majority import consistency_rewards, pseudo_labels
 from cotrain.rl.tango import alpha_at, mix_advantages
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
@@ -91,7 +92,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
     vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
                                   max(ver_rl_steps, 1))
-    roles = {"generator": (model, tokenizer, opt, sched), "verifier": (verifier, vtok, vopt, vsched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched), "verifier": Policy(verifier, vtok, vopt, vsched)}
     warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
     compute = Compute({"gen": model.num_parameters(), "ver": verifier.num_parameters()}, session.state.get("compute"))
@@ -104,7 +105,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         """Ground-truth correctness, for the metrics alone."""
         return dist.map_shards(lambda tp: task.grade(tp[0], truth[tp[1].question]) >= 1, list(zip(texts, problems)))
 
-    ver_rl = VerifierRL(cfg, pool, (model, tokenizer), (verifier, vtok, vopt, vsched), compute, labels=pseudo,
+    ver_rl = VerifierRL(cfg, pool, (model, tokenizer), roles["verifier"], compute, labels=pseudo,
                         truth=truth_of, per_prompt=g.group_size, ema=session.state.get("class_ema"),
                         step_count=session.state.get("ver_step", 0))
     n_prompts = cfg.train.batch_size // g.group_size

@@ -57,6 +57,7 @@ from cotrain.models.generate import Rollout, generate
 from cotrain.models.prompts import decode_completions, encode_completion, encode_generator_prompts, encode_tester_prompts
 from cotrain.rl.cure import Matrix, case_rewards, code_rewards, normalise
 from cotrain.roles.tester import parse as parse_test_line
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import Problem, blind
@@ -88,10 +89,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     pool = blind(labelled_pool) if label_free else labelled_pool
     truth = {p.question: p for p in labelled_pool}  # labelled copies: the gt/ metrics of cure_label_free read them
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched)}
-    tester, ttok, topt, tsched = tester_role(cfg) if c.two_models else roles["generator"]
+    roles = {"generator": Policy(model, tokenizer, opt, sched)}
+    tp = tester_role(cfg) if c.two_models else roles["generator"]
+    tester, ttok, topt, tsched = tp.model, tp.tokenizer, tp.optimizer, tp.scheduler
     if c.two_models:
-        roles["tester"] = (tester, ttok, topt, tsched)
+        roles["tester"] = tp
     trole = "test" if c.two_models else "gen"   # the compute account of the tester's tokens
     warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
@@ -207,12 +209,12 @@ def with_unit_tests(task, pool: list[Problem]) -> list[Problem]:
     return kept
 
 
-def tester_role(cfg: RunConfig) -> tuple:
-    """`cure.two_models`: the tester's (model, tokenizer, optimizer, scheduler), the model built as tango
-    builds its verifier (`verifier.model`, `verifier.init`, else the run's start), AdamW at train.lr."""
+def tester_role(cfg: RunConfig) -> Policy:
+    """`cure.two_models`: the tester's `Policy`, the model built as tango builds its verifier (`verifier.model`,
+    `verifier.init`, else the run's start), AdamW at train.lr."""
     tester, ttok = initial_verifier(cfg)
     tester.train()
-    return (tester, ttok, *make_optimizer(tester, cfg.train, cfg.train.steps))
+    return Policy(tester, ttok, *make_optimizer(tester, cfg.train, cfg.train.steps))
 
 
 def tester_warm_up(cfg: RunConfig, model, tok, pool: list[Problem], task, compute: Compute, *,

@@ -34,6 +34,7 @@ from cotrain.eval.metrics import majority_gap
 from cotrain.models.build import reference_model
 from cotrain.rl.curriculum import next_level
 from cotrain.rl.losses import group_advantages
+from cotrain.runs.policy import Policy
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks import make_task
 from cotrain.train.compute import Compute, StepTimer
@@ -63,7 +64,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     levels = [make_task(cfg.task.name, **{**cfg.task.options(), **lv}) for lv in cur.levels] or [task]
     pools = [training_pool(t, cfg.seed, cfg.train.n_problems)[0] for t in levels]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched, reference=ref_model)}
     session = open_session(cfg, run_dir, resume, roles, desc="grpo")
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))

@@ -64,6 +64,7 @@ from cotrain.models.prompts import decode_completions, encode_completion, encode
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.multi_agent import balanced_indices, grouped_advantages
 from cotrain.roles import planner, worker
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import Problem, Task
@@ -88,13 +89,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     model.train()
     pool = [p for p in training_pool(task, cfg.seed, cfg.train.n_problems)[0] if p.steps or m.plan]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched)}
     planner_model, popt, psched = model, opt, sched
     if m.two_models:
         planner_model, _ = initial_model(cfg)
         planner_model.train()
         popt, psched = make_optimizer(planner_model, cfg.train, cfg.train.steps)
-        roles["planner"] = (planner_model, tokenizer, popt, psched)
+        roles["planner"] = Policy(planner_model, tokenizer, popt, psched)
     prole = "plan" if m.two_models else "gen"                   # the compute account of the planner's tokens
     warmed = resume and bool(list_checkpoints(run_dir))         # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc="mars")

@@ -59,6 +59,7 @@ from cotrain.rl.prime import (
     ranking_accuracy,
 )
 from cotrain.roles.verifier import split_steps
+from cotrain.runs.policy import Policy
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import Task
 from cotrain.train.compute import Compute, StepTimer
@@ -85,7 +86,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     prm_opt, prm_sched = make_optimizer(prm, cfg.train.model_copy(update={"lr": p.lr}), cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched), "prm": (prm, tokenizer, prm_opt, prm_sched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched), "prm": Policy(prm, tokenizer, prm_opt, prm_sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="prime")
     sampler = Sampler(cfg, model, tokenizer, session.run_dir)
     compute = Compute({"gen": model.num_parameters(), "prm": prm.num_parameters()}, session.state.get("compute"))

@@ -53,6 +53,7 @@ from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.models.verify import verify
 from cotrain.rl.preference import preference_pairs
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
@@ -93,7 +94,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     pool = blind(labelled)                                     # the training path: questions only
     truth = {p.question: p for p in labelled}                  # the gt/ monitors alone read it
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched)}
     warmed = resume and bool(list_checkpoints(run_dir))        # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc="self_rewarding")
     n_params = model.num_parameters()

@@ -22,6 +22,7 @@ from cotrain.errors import UserError
 from cotrain.eval.during import eval_at_start, eval_during_training
 from cotrain.eval.evaluate import greedy_accuracy
 from cotrain.models.prompts import encode_completion, encode_generator_prompts
+from cotrain.runs.policy import Policy
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.setup import build_task, initial_model, make_optimizer, sample_batch, training_pool
@@ -40,7 +41,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     if not pool:
         raise UserError(f"task {cfg.task.name} has no reference solutions to fine-tune on")
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="sft")
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))  # FLOPs beside the RL arms'
 

@@ -38,6 +38,7 @@ from cotrain.models.build import load_weights
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.preference import spin_loss
+from cotrain.runs.policy import Policy
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_tokens
@@ -71,7 +72,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     opponent.eval().requires_grad_(False)
     pool = [p for p in training_pool(task, cfg.seed, cfg.train.n_problems)[0] if p.solution]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched)}
     session = open_session(cfg, run_dir, resume, roles, desc="spin")
     if session.start_step % sp.iteration_steps:  # resumed within an iteration: its opponent as saved
         load_weights(opponent, iterate_dir(session.run_dir, OPPONENT, session.start_step // sp.iteration_steps))

@@ -85,6 +85,7 @@ from cotrain.eval.during import eval_at_start, eval_during_training, eval_verifi
 from cotrain.models.build import reference_model
 from cotrain.rl.losses import group_advantages, masked_mean
 from cotrain.rl.tango import generator_rewards, mix_advantages
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
@@ -140,15 +141,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None
     pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched, reference=ref_model)}
     if not oracle:  # the verifier, on its model config's device, with its optimizer over its RL steps
-        verifier, vtok, *_ = roles["verifier"] = build_verifier(cfg, frozen)
+        roles["verifier"] = build_verifier(cfg, frozen)
+        verifier, vtok = roles["verifier"].model, roles["verifier"].tokenizer
     warmed = oracle or resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
     session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
     n_params = {"gen": model.num_parameters(), "ver": 0 if oracle else verifier.num_parameters()}
     compute = Compute(n_params | ({"progress": n_params["gen"]} if rollouts else {}), session.state.get("compute"))
     grade = partial(graded, task)
-    n_prompts = cfg.train.batch_size // g.group_size
     if not oracle:
         ver_rl = VerifierRL(cfg, pool, (model, tokenizer), roles["verifier"], compute, labels=grade,
                             ema=session.state.get("class_ema"), step_count=session.state.get("ver_step", 0))
@@ -166,7 +167,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- generator rollout
-        prompt_problems = sample_batch(pool, n_prompts, cfg.seed, step)                # [B]
+        prompt_problems = sample_batch(pool, cfg.train.batch_size // g.group_size, cfg.seed, step)   # [B]
         problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
         ro, texts = sampler.groups(model, tokenizer, [p.question for p in prompt_problems], g,
                                    seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)

@@ -49,6 +49,7 @@ from cotrain.models.build import load_model, reference_model
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.preference import correct_incorrect_pairs
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
@@ -84,7 +85,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     vtrain = cfg.train.model_copy(update={"lr": vs.verifier_lr}) if vs.verifier_lr else cfg.train
     vopt, vsched = make_optimizer(verifier, vtrain, cfg.train.steps)
-    roles = {"generator": (model, tokenizer, opt, sched), "verifier": (verifier, vtok, vopt, vsched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched), "verifier": Policy(verifier, vtok, vopt, vsched)}
     session = open_session(cfg, run_dir, resume, roles, desc="vstar")
     compute = Compute({"gen": model.num_parameters(), "ver": verifier.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size

@@ -96,8 +96,8 @@ def replay_alarms(run_dir: Path, label_free: bool = False, settings=None) -> lis
     """The alarms a run raised, or would have raised, as (step, name): its rows replayed through
     `alarms_due` (a pure function of the rows, so the replay finds what the run found; a run older than
     the alarms gets them too), with the run's own `alarms` settings where its config has them."""
-    from cotrain.runs.rundir import load_metrics
     from cotrain.config import AlarmConfig, read_yaml_mapping
+    from cotrain.runs.rundir import load_metrics
 
     if settings is None:
         config = run_dir / "config.yaml"

@@ -171,7 +171,7 @@ def save_checkpoint(run_dir: Path, step: int, roles: dict, extra: dict, keep_las
     """Write checkpoints/step_N/ atomically: each role's weights, tokenizer and optimizer, plus state.
 
     Args:
-        roles: {role: (model, tokenizer, optimizer, scheduler)}.
+        roles: {role: Policy} (runs/policy.py).
         extra: JSON-able or torch-saveable run state (step, RNG, ...).
 
     Raises:
@@ -188,9 +188,9 @@ def save_checkpoint(run_dir: Path, step: int, roles: dict, extra: dict, keep_las
     for stale in root.glob(".tmp_step_*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     try:
-        for role, (model, tokenizer, optimizer, scheduler) in roles.items():
-            save_model(model, tokenizer, tmp / role)
-            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+        for role, p in roles.items():
+            save_model(p.model, p.tokenizer, tmp / role)
+            torch.save({"optimizer": p.optimizer.state_dict(), "scheduler": p.scheduler.state_dict()},
                        tmp / role / "optim.pt")
         torch.save({"step": step, "rng": rng_state(), **extra}, tmp / "state.pt")
     except (OSError, RuntimeError) as err:
@@ -229,7 +229,8 @@ def load_checkpoint_state(ckpt: Path, roles: dict) -> dict:
     """Restore optimizer and scheduler of each role (weights are loaded by the caller) and the RNG."""
     from cotrain import dist
 
-    for role, (model, _, optimizer, scheduler) in roles.items():
+    for role, p in roles.items():
+        model, optimizer, scheduler = p.model, p.optimizer, p.scheduler
         if dist.is_sharded(model):  # saved whole, keyed by parameter name: each process takes its shard
             # onto the device this process holds the role's model on (never the device it was saved from:
             # under torchrun every rank's state would land on cuda:0)

@@ -18,6 +18,7 @@ from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
 from cotrain.registry import RECIPES, STUDY
 from cotrain.runs.alarms import KEYS as ALARM_KEYS
 from cotrain.runs.alarms import alarms_due
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import (
     MetricsLogger,
     NullLogger,
@@ -52,18 +53,18 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
     """Prepare the run directory; on resume, restore each role's weights, optimizer and the RNG.
 
     Args:
-        roles: {role: (model, tokenizer, optimizer, scheduler)}; model weights are reloaded in place.
+        roles: {role: Policy}; model weights are reloaded in place.
     """
     dist.on_main(prepare_run_dir, run_dir, resume=resume)
     run_dir = Path(run_dir)
     dist.on_main(write_config, run_dir, cfg.to_dict())
-    choose_precision(cfg.train, cfg.model.dtype, [model for model, _, _, _ in roles.values()], run_dir, resume)
+    choose_precision(cfg.train, cfg.model.dtype, [p.model for p in roles.values()], run_dir, resume)
     start, stopped, state = 0, False, {}
     ckpts = list_checkpoints(run_dir) if resume else []
     if ckpts:
         ckpt = ckpts[-1]
-        for role, (model, _, _, _) in roles.items():
-            load_weights(model, ckpt / role)
+        for role, p in roles.items():
+            load_weights(p.model, ckpt / role)
         state = load_checkpoint_state(ckpt, roles)
         start, stopped = state["step"], state.get("stopped", False)
     tracker = open_tracker(run_dir, cfg.model_dump(mode="json"), enabled=cfg.log.wandb and dist.is_main(),
@@ -154,13 +155,14 @@ def savable(roles: dict) -> dict:
     """`roles` with each model sharded by FSDP2 replaced by its plain copy and its optimizer by its
     gathered state (collectives: every process calls it)."""
     out = {}
-    for role, (model, tok, opt, sched) in roles.items():
-        if dist.is_sharded(model):
+    for role, p in roles.items():
+        if dist.is_sharded(p.model):
             # before the first step there is no state to gather (gathering would initialise AdamW's
             # moments with a zero step, which counts in its bias correction)
-            opt = _GatheredOptimizer(dist.full_optimizer_state(model, opt) if opt.state else opt.state_dict())
-            model = dist.plain_copy(model)
-        out[role] = (model, tok, opt, sched)
+            opt = _GatheredOptimizer(dist.full_optimizer_state(p.model, p.optimizer) if p.optimizer.state
+                                     else p.optimizer.state_dict())
+            p = Policy(dist.plain_copy(p.model), p.tokenizer, opt, p.scheduler)
+        out[role] = p
     return out
 
 

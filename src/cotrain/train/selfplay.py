@@ -22,6 +22,7 @@ from cotrain.models.verify import prefer, verify
 from cotrain.rl.mae import agreement_round, decided_scores, judge_score, role_advantages
 from cotrain.roles import proposer as proposer_role
 from cotrain.roles.verifier import Verification
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.tasks.base import blind
@@ -84,12 +85,12 @@ def add_optimizers(sp: SelfPlayConfig, t: TrainConfig, judge_lr: float, m: SelfP
     `judge_lr`: the verifier's)."""
     (solver, tok), (proposer, ptok), (judge, jtok) = m.solver, m.proposer, m.judge
     opt, sched = make_optimizer(solver, t, t.steps)
-    m.roles = {"generator": (solver, tok, opt, sched)}
+    m.roles = {"generator": Policy(solver, tok, opt, sched)}
     m.optimizers = {id(solver): (opt, sched)}
     if not sp.shared_model:
         popt, psched = make_optimizer(proposer, t.model_copy(update={"lr": sp.proposer_lr or t.lr}), t.steps)
         jopt, jsched = make_optimizer(judge, t.model_copy(update={"lr": judge_lr, "warmup_steps": 0}), t.steps)
-        m.roles.update({"proposer": (proposer, ptok, popt, psched), "judge": (judge, jtok, jopt, jsched)})
+        m.roles.update({"proposer": Policy(proposer, ptok, popt, psched), "judge": Policy(judge, jtok, jopt, jsched)})
         m.optimizers.update({id(proposer): (popt, psched), id(judge): (jopt, jsched)})
 
 

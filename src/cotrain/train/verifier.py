@@ -38,6 +38,7 @@ from cotrain.rl.tango import (
     verifier_trust,
 )
 from cotrain.roles.verifier import Verification, parse, reference_pair, reference_verification, split_steps
+from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import Progress, write_jsonl_gz_atomic
 from cotrain.runs.session import Session, maybe_checkpoint
 from cotrain.train.compute import Compute
@@ -259,8 +260,8 @@ def mean_metrics(rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def build_verifier(cfg: RunConfig, frozen: bool) -> tuple:
-    """(verifier, tokenizer, optimizer, scheduler) of a co-training run: the verifier `initial_verifier`
+def build_verifier(cfg: RunConfig, frozen: bool) -> Policy:
+    """The verifier's `Policy` in a co-training run: the verifier `initial_verifier`
     builds, in train mode, with an AdamW over its RL steps (its warm-up's and, unless `frozen`, one
     round's `cotraining.ver_steps` per `cotraining.gen_steps` generator steps) at `verifier.lr`."""
     v, tg = cfg.verifier, cfg.cotraining
@@ -269,7 +270,7 @@ def build_verifier(cfg: RunConfig, frozen: bool) -> tuple:
     ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
     vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
                                   max(ver_rl_steps, 1))
-    return verifier, vtok, vopt, vsched
+    return Policy(verifier, vtok, vopt, vsched)
 
 
 # ---------------------------------------------------------------------- the verifier's RL step
@@ -290,7 +291,7 @@ class VerifierRL:
     cfg: RunConfig
     pool: list
     generator: tuple        # (model, tokenizer): writes the solutions
-    verifier: tuple         # (model, tokenizer, optimizer, scheduler)
+    verifier: Policy        # trained by this step
     compute: Compute
     labels: Labeller
     truth: Callable | None = None
@@ -311,7 +312,8 @@ class VerifierRL:
 
     def step(self) -> dict[str, float]:
         cfg, g, v, tg = self.cfg, self.cfg.grpo, self.cfg.verifier, self.cfg.cotraining
-        (model, tokenizer), (verifier, vtok, vopt, vsched) = self.generator, self.verifier
+        (model, tokenizer), vp = self.generator, self.verifier
+        verifier, vtok, vopt, vsched = vp.model, vp.tokenizer, vp.optimizer, vp.scheduler
         self.step_count += 1
         t0 = time.perf_counter()
         # -------------------------------------------------------------- solutions from the current generator
@@ -385,7 +387,7 @@ def warm_up(session: Session, roles: dict, task, pool: list, ver_rl: VerifierRL,
     between resumes after the warm-up without its row, never with the row twice)."""
     cfg = session.cfg
     t0 = time.time()
-    (model, tokenizer), (verifier, vtok, _, _) = ver_rl.generator, ver_rl.verifier
+    (model, tokenizer), verifier, vtok = ver_rl.generator, ver_rl.verifier.model, ver_rl.verifier.tokenizer
     metrics = warmup_verifier(cfg, task, pool, model, tokenizer, verifier, vtok, ver_rl.compute)
     metrics.update(eval_verifier())
     rl = [ver_rl.step() for _ in range(cfg.verifier.warmup_rl_steps)]
