@@ -300,6 +300,7 @@ def phase_checkpoint(ctx: dict) -> dict:
 
     from cotrain.models.build import load_model
     from cotrain.runs import rundir
+    from cotrain.runs.policy import Policy
 
     model, tok = load_model(ctx["models"]["small"])
     model.to(ctx["device"]).train()
@@ -310,14 +311,14 @@ def phase_checkpoint(ctx: dict) -> dict:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     t0 = time.perf_counter()
     (ctx["out"] / "ckpt").mkdir(parents=True, exist_ok=True)
-    ckpt = rundir.save_checkpoint(ctx["out"] / "ckpt", 1, {"generator": (model, tok, opt, sched)},
+    ckpt = rundir.save_checkpoint(ctx["out"] / "ckpt", 1, {"generator": Policy(model, tok, opt, sched)},
                                   {"step": 1, "rng": rundir.rng_state()}, keep_last=1)
     saved = ckpt / "generator"
     fresh, _ = load_model(saved)
     fresh.to(ctx["device"])
     opt2 = torch.optim.AdamW(fresh.parameters(), lr=1e-4)
     sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0)
-    rundir.load_checkpoint_state(ckpt, {"generator": (fresh, tok, opt2, sched2)})
+    rundir.load_checkpoint_state(ckpt, {"generator": Policy(fresh, tok, opt2, sched2)})
     a, b = opt.state_dict()["state"], opt2.state_dict()["state"]
     weights_equal = all(torch.equal(p, q) for p, q in zip(model.parameters(), fresh.parameters()))
     states_equal = all(torch.equal(a[i][k], b[i][k]) for i in a for k in a[i] if torch.is_tensor(a[i][k]))
