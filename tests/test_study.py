@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from cotrain.analysis.study import (build_start, build_study, difference_rows, kinds_table, larger_table, load_study, mean_curve,
-                                    resolution, steps_to_reach, study_criteria)
+from cotrain.lab.pairing import difference_rows, kinds_table, larger_table, resolution
+from cotrain.lab.runs import build_start, load_study, mean_curve, steps_to_reach
+from cotrain.lab.table import build_study, study_criteria
 from cotrain.cli import main
 from cotrain.runs.archive import archive_run
 from cotrain.runs.rundir import write_jsonl_gz_atomic
@@ -230,7 +231,7 @@ def test_at_flops_and_the_equal_compute_column(tmp_path):
     """grpo_long evaluated at 0, 10, 20 steps of 4e9 FLOPs each: at 0, 4e10, 8e10 FLOPs, accuracy 0.1, 0.35,
     0.5. Tango's final FLOPs 6.5e10 (5e9 of warm-up): grpo_long at 6.5e10 -> its 4e10 point, 0.35; at
     6.0e10 without the warm-up, 0.35 too."""
-    from cotrain.analysis.study import at_flops
+    from cotrain.lab.runs import at_flops
 
     assert at_flops([0, 4e10, 8e10], [0.1, 0.35, 0.5], 6.5e10) == 0.35
     assert at_flops([0, 4e10, 8e10], [0.1, 0.35, 0.5], 9e10) is None      # past the curve's end
@@ -252,7 +253,7 @@ def test_documented_reads_the_paired_result_of_an_arm_against_grpo(tmp_path):
     5/3 = 1.67, sd sqrt(((1/3)^2 + (4/3)^2 + (5/3)^2) / 2) = 1.528, half-width 4.303 * 1.528 / sqrt(3) = 3.795
     -> +1.7 [-2.1, +5.5]. ood: every seed 0.10 against 0.10 -> +0.0 [+0.0, +0.0]. A study without the arm
     gives nothing."""
-    from cotrain.analysis.study import documented
+    from cotrain.lab.table import documented
 
     for seed, (g, t, gc, tc) in enumerate([(0.40, 0.47, 0.20, 0.22), (0.50, 0.56, 0.30, 0.33),
                                            (0.45, 0.53, 0.25, 0.25)]):
@@ -316,7 +317,7 @@ def test_gains_across_settings_read_x_from_each_measurement_and_pair_by_seed(tmp
     assert lines[3].startswith("| dense start | 0.250 | 0 | 0.490 | 0.500 | +1.0 (n=1) | – |")
     assert (tmp_path / "sparsity.md").is_file() and (tmp_path / "sparsity.png").stat().st_size > 1000
     # a metric name holding slashes is found whole
-    from cotrain.analysis.study import _lookup
+    from cotrain.lab.gains import _lookup
     assert _lookup({"v": {"test": {"gap/verifier": 0.5}}}, "v/test/gap/verifier") == 0.5
     # a measurement without the number is one line and exit code 2
     (tmp_path / "dense.json").write_text("{}")
@@ -372,7 +373,7 @@ def test_role_compute_gives_each_roles_mean_flops_and_tokens(tmp_path):
     """Two seeds of a two-role arm: gen 1e12 and 3e12 FLOPs (mean 2.0e+12) over 100k and 300k tokens run
     forward plus 50k trained on in each (mean 250k); ver 4e12 over 1,000k in one seed, 6e12 over 2,000k
     in the other (5.0e+12, 1,500k); `total` is no role. An arm with no compute record gives "–"."""
-    from cotrain.analysis.study import role_compute
+    from cotrain.lab.table import role_compute
 
     for s, (g, gt, v, vt) in enumerate([(1e12, 1e5, 4e12, 1e6), (3e12, 3e5, 6e12, 2e6)]):
         d = _fake_run(tmp_path / "tango" / f"seed{s}", 0.5, 0.1, [0.1, 0.2, 0.3])
@@ -393,7 +394,7 @@ def test_committed_warm_ups_count_in_the_runs_that_start_from_them(tmp_path):
     self_rewarding (init names the second, or the final model of the run its COMMAND made) 7e9, grpo (init
     the SFT start) nothing. A third, a larger verifier's warm-up (starts/warm_small, 3e9), counts in the arm
     whose verifier.init names it; a start of another name (starts/other) counts nowhere."""
-    from cotrain.analysis.study import add_shared_warmups
+    from cotrain.lab.runs import add_shared_warmups
 
     for name, flops in (("warm", 5e9), ("judge", 7e9), ("warm_small", 3e9), ("other", 1e9)):
         (tmp_path / "starts" / name).mkdir(parents=True)
@@ -434,7 +435,7 @@ def test_best_of_n_table_and_figure_of_a_vstar_arm(tmp_path):
     """V-STaR's pick among 4 on three seeds: 0.4, 0.5, 0.6 -> mean 0.5, sd 0.1, half-width 4.303 · 0.1 /
     sqrt(3) = 0.248; the random pick 0.3 on every seed -> 0.300 ± 0.000; a named verifier ("tango") at N = 1
     only. An arm without best-of-N gives no row."""
-    from cotrain.analysis.study import best_of_n
+    from cotrain.lab.judges import best_of_n
 
     study = tmp_path / "study"
     for s, v in enumerate([0.4, 0.5, 0.6]):
@@ -462,7 +463,7 @@ def test_equal_samples_reads_grpo_where_it_had_sampled_as_many_tokens(tmp_path):
     accuracy 0.1, 0.2, 0.3. An arm that sampled 500 a step (10k by its end) is read against GRPO's 0.2;
     one that sampled 1,500 a step (30k) lies past GRPO's end; one that logged no count shows "–". Each arm's
     own last in-training accuracy (0.4) stands beside GRPO's."""
-    from cotrain.analysis.study import at_equal_samples
+    from cotrain.lab.runs import at_equal_samples
 
     _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3], sampled_per_step=1000)
     _fake_run(tmp_path / "spin" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.4], sampled_per_step=500)
@@ -478,7 +479,7 @@ def test_equal_samples_reads_grpo_where_it_had_sampled_as_many_tokens(tmp_path):
 
 def test_step_seconds_is_the_mean_over_seeds_of_each_runs_median(tmp_path):
     """Seed 0's steps take 1, 2, 9 s (median 2), seed 1's 3, 4, 5 (median 4): 3.0 s a step; none logged: "–"."""
-    from cotrain.analysis.study import step_seconds
+    from cotrain.lab.runs import step_seconds
 
     for s, times in enumerate([(1, 9, 2), (3, 4, 5)]):
         d = tmp_path / "tango" / f"seed{s}"
@@ -495,7 +496,7 @@ def test_judge_agreement_windows_and_its_paired_change(tmp_path):
     [0.5, 0.6] (mean 0.55) and [0.7, 0.6] (0.65); the change per seed +20 and 0 points, mean +10, 95% CI
     ± t(0.975, 1) × sd / √2 = 12.706 × 14.142 / 1.414 = ±127.1. An arm that logs no agreement gets no row,
     and the study writes judge.png beside its table."""
-    from cotrain.analysis.study import judge_agreement, judge_table
+    from cotrain.lab.judges import judge_agreement, judge_table
 
     _fake_run(tmp_path / "grpo" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3])
     _fake_run(tmp_path / "self_rewarding" / "seed0", 0.5, 0.1, [0.1, 0.2, 0.3], agree=lambda s: 0.5 if s <= 10 else 0.7)
@@ -514,7 +515,7 @@ def test_judge_agreement_windows_and_its_paired_change(tmp_path):
 def test_the_second_half_of_an_in_training_curve_by_hand():
     """Evaluations at steps 0, 10, 20, 30, 40 with accuracies 0.1 ... 0.5: past the middle (step 20) are
     steps 30 and 40, mean 0.45; a run without evaluations has none."""
-    from cotrain.analysis.study import Run
+    from cotrain.lab.runs import Run
 
     run = Run({}, steps=[0, 10, 20, 30, 40], acc=[0.1, 0.2, 0.3, 0.4, 0.5])
     assert run.second_half() == pytest.approx(0.45)

@@ -467,7 +467,7 @@ def test_an_oracle_run_without_steps_measures_its_world_for_the_worlds_table(sft
     """`verifier.source: oracle` with `train.steps: 0` samples k of each evaluation problem and writes what
     its world looks like through the oracle (eval.json `oracle`): all-wrong groups, where failed samples
     first go wrong, the oracle's verdicts agreeing with the truth; `cotrain study --worlds` reads it."""
-    from cotrain.analysis.study import world_table
+    from cotrain.lab.worlds import world_table
 
     raw = tango_config(sft_run[0], verifier={"source": "oracle"}, train={"steps": 0},
                        eval={"k": 4, "n_sampled": 12, "every": 0, "n": 10})

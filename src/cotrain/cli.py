@@ -285,7 +285,8 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
     baseline on each split with its interval (one seed: over the problems, paired problem by problem where
     both runs kept each problem's outcome on the same problems (`stats.paired_evaluation_sd`), else as if
     their errors were unrelated (`stats.difference_ci95`, wider)). The baseline's run is arm_dir's sibling."""
-    from cotrain.analysis.study import read_outcomes, same_problems
+    from cotrain.lab.pairing import same_problems
+    from cotrain.lab.runs import read_outcomes
     from cotrain.stats import Z975, difference_ci95, paired_evaluation_sd
 
     def outcomes(run: Path) -> dict:
@@ -317,7 +318,7 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
 
 def cmd_demo(args) -> int:
     from cotrain.analysis.plot import demo_figure, plot_runs
-    from cotrain.analysis.study import documented
+    from cotrain.lab.table import documented
 
     out, spec = Path(args.out), demo_stages()
     if args.from_scratch:  # make the two starts first, then read them from out/
@@ -410,7 +411,9 @@ def cmd_archive(args) -> int:
 
 
 def cmd_study(args) -> int:
-    from cotrain.analysis.study import build_gains, build_study, verifier_table, warmup_table, world_table
+    from cotrain.lab.gains import build_gains
+    from cotrain.lab.table import build_study
+    from cotrain.lab.worlds import verifier_table, warmup_table, world_table
     from cotrain.runs.alarms import alarm_table
 
     if args.alarms:

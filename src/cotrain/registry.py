@@ -64,7 +64,7 @@ RECIPES: dict[str, Recipe] = {
 
 @dataclass(frozen=True)
 class StudyRoles:
-    """The arms a study (`cotrain study results/<study>`, analysis/study.py) reads by role, each by its
+    """The arms a study (`cotrain study results/<study>`, lab/) reads by role, each by its
     directory name under the study: every other arm is paired with `baseline` seed by seed."""
     baseline: str = "grpo"          # the control every arm is compared with
     long: str = "grpo_long"         # the baseline trained on past the others (steps to its final accuracy)

@@ -28,21 +28,11 @@ from pathlib import Path
 import yaml
 
 from cotrain.analysis.plot import load_metrics, plot_runs
-from cotrain.analysis.study import (
-    VERDICT,
-    add_shared_warmups,
-    best_of_n_by_arm,
-    bon_table,
-    build_start,
-    judge_table,
-    load_study,
-    plot_bon,
-    plot_differences,
-    plot_judge,
-    plot_study,
-    study_criteria,
-    study_table,
-)
+from cotrain.lab.figures import plot_differences, plot_study
+from cotrain.lab.judges import best_of_n_by_arm, bon_table, judge_table, plot_bon, plot_judge
+from cotrain.lab.pairing import VERDICT
+from cotrain.lab.runs import add_shared_warmups, build_start, load_study
+from cotrain.lab.table import study_criteria, study_table
 from cotrain.errors import UserError
 
 STYLE = """

@@ -9,7 +9,7 @@ Run directories are scratch (large checkpoints, optimizer states). A study keeps
                                        more problems (eval.json, outcomes.json, COMMAND)
 
 `cotrain archive RUN_DIR DEST [--model ROLE_DIR]` writes either; `cotrain study results/<study>` builds
-the study's table and figures from them (analysis/study.py).
+the study's table and figures from them (cotrain.lab).
 """
 from __future__ import annotations
 
