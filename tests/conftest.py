@@ -24,8 +24,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # thread (two workers of two threads each would oversubscribe the cores, many times slower)
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
-else:
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+else:  # pinned, so a run's thread choice (cotrain.threads) never samples the machine inside a test
+    os.environ.setdefault("OMP_NUM_THREADS", str(min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 EASY_TASK = {"name": "arith", "n_ops": [1, 2], "max_operand": 9}
 

@@ -191,6 +191,7 @@ def run_killed_and_resumed(cfg_path: Path, tmp_path: Path, checkpoint: str) -> N
     assert (tmp_path / "full" / "outcomes.json").read_text() == (tmp_path / "killed" / "outcomes.json").read_text()
     env = json.loads((tmp_path / "killed" / "env.json").read_text())
     assert len(env["earlier"]) == 1 and env["earlier"][0]["cpu"] == env["cpu"], "the resumed run lost its first machine"
+    assert env["threads_reason"] == f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}", env["threads_reason"]
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("time/", "throughput/"))} for r in rows]
     assert strip(_rows(tmp_path / "full")) == strip(_rows(tmp_path / "killed"))

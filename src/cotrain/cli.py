@@ -38,6 +38,7 @@ def cmd_run(args) -> int:
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
+    _choose_threads(cfg.train.threads, Path(out) if args.resume else None)  # before torch loads
     # finished: nothing to resume, nothing re-evaluated (one process: under torchrun every rank must take the
     # same path, and a rank may start after another has written eval.json)
     if args.resume and (Path(out) / "eval.json").is_file() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -316,7 +317,26 @@ def _demo_findings(arm_dir: Path, base: str, arm: str, acc: dict, splits: list[s
     return lines
 
 
+def _choose_threads(setting: int | None, resumed: Path | None = None) -> None:
+    """Set the run's threads before torch loads (cotrain.threads; the run says them beside its precision); a
+    resumed run replays the count its env.json recorded. Under torchrun each rank keeps torchrun's OMP_NUM_THREADS."""
+    from cotrain.threads import apply_threads, choose_threads
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return
+    replayed = None
+    if resumed is not None and (resumed / "env.json").is_file():
+        try:
+            replayed = json.loads((resumed / "env.json").read_text(encoding="utf-8")).get("threads")
+        except (OSError, ValueError, AttributeError):
+            replayed = None  # an unreadable record: choose afresh
+    choice = choose_threads(os.environ, setting, replayed if isinstance(replayed, int) else None)
+    apply_threads(choice)
+
+
 def cmd_demo(args) -> int:
+    setting = [o.split("=", 1)[1] for o in args.overrides or [] if o.startswith("train.threads=")]
+    _choose_threads(int(setting[-1]) if setting and setting[-1].isdigit() and int(setting[-1]) >= 1 else None)
     from cotrain.analysis.plot import demo_figure, plot_runs
     from cotrain.lab.table import documented
 

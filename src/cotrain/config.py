@@ -143,10 +143,10 @@ class TrainConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping by global norm.")
+    threads: int | None = Field(None, ge=1, le=4096, description=(
+        "Intra-op CPU threads. Unset: OMP_NUM_THREADS, else the cores other processes leave free at the start."))
     bf16: bool | Literal["auto"] = Field("auto", description=(
-        "torch.autocast to bfloat16 for forward passes. auto: on where bf16 is native (CUDA GPUs with bf16, CPUs "
-        "with AVX512-BF16 or AMX), fp32 elsewhere; the choice is printed at start and kept in env.json. true on "
-        "a CPU without native bf16 warns: emulated bf16 ran 16x slower than fp32 on an AVX2 CPU."))
+        "torch.autocast to bfloat16 for forward passes; auto: where bf16 is native (CUDA, AVX512-BF16, AMX), kept in env.json."))
     fsdp: bool = Field(False, description=(
         "Under torchrun, shard weights, gradients and optimizer states over the processes (FSDP2, one unit per "
         "decoder layer); rollouts and evaluation use a plain copy of the weights refreshed after each update."))

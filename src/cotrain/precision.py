@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from cotrain import threads
+
 # Variables that force torch's CPU kernels (ATen, MKL, oneDNN) to a lower instruction set.
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
@@ -133,6 +135,7 @@ def machine() -> dict:
         "cpu_native_bf16": native_bf16("cpu")[0],
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
+        "threads_reason": threads.CHOSEN.reason if threads.CHOSEN else None,
         "kernel_variables": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ},
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cotrain import dist
+from cotrain import dist, threads
 from cotrain.config import RunConfig, TrainConfig
 from cotrain.eval.evaluate import evaluate_generator, sample_records, take_outcomes
 from cotrain.models.build import load_weights
@@ -99,7 +99,8 @@ def choose_precision(t: TrainConfig, dtype: str, models: list, run_dir: Path, re
     bf16, line = resolve_bf16(t.bf16, devices)
     setting = t.bf16
     t.bf16 = bf16
-    lines = [line] + [w for w in {dtype_warning(dtype, d) for d in devices} if w]
+    lines = [text for text in (threads.chosen_line(), line) if text]
+    lines += [w for w in {dtype_warning(dtype, d) for d in devices} if w]
     if dist.is_main():
         for text in lines:
             print(text, file=sys.stderr, flush=True)
