@@ -108,3 +108,29 @@ def test_a_results_directory_s_alarms_are_replayed_from_its_runs_rows(tmp_path):
     assert replay_alarms(tmp_path / "study" / "tango" / "seed0") == [(9, "reward_hacking")]
     table = alarm_table(tmp_path)
     assert "| study | tango | reward_hacking | 0 (9) |" in table and "No alarm fired in: study/grpo." in table
+
+
+def test_the_progress_line_shows_the_recipe_s_figures_and_the_latest_test_pass1_within_120_columns(tmp_path, capsys):
+    """A tango step's metrics carry every evaluation figure (pass@k, intervals, ood): the line shows the two the
+    recipe chose and the test split's greedy pass@1, which stays shown until the next evaluation."""
+    from cotrain.runs.rundir import MetricsLogger, Progress
+    from cotrain.runs.session import Session, log_step
+
+    cfg = build_config({"recipe": "tango", "train": {"steps": 1000}, "log": {"progress": True, "tensorboard": False}})
+    progress = Progress(1000, enabled=True, desc="tango")
+    progress.tty = False
+    session = Session(cfg, tmp_path, MetricsLogger(tmp_path, tensorboard=False), progress, 0)
+    evals = {f"eval/{split}/{m}": 0.123456 for split in ("test", "ood") for m in
+             ("pass@1", "pass@1_ci95_lo", "pass@1_ci95_hi", "pass@8", "maj@8", "pass@1_sampled", "mean_len")}
+    log_step(session, 100, {"gen/reward": 0.0625, **evals}, {"reward": 0.0625, "agree": 0.75})
+    progress.last_print = 0.0
+    log_step(session, 101, {"gen/reward": 0.125}, {"reward": 0.125, "agree": 0.5})
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(len(line) <= 120 for line in lines), lines
+    assert lines[0].endswith("reward=0.0625 agree=0.75 test/pass@1=0.123"), lines[0]
+    assert lines[1].endswith("reward=0.125 agree=0.5 test/pass@1=0.123"), lines[1]
+    assert Progress.WIDTH == 120
+    long = Progress(10, desc="x" * 200)
+    long.tty = False
+    long.update(1)
+    assert len(capsys.readouterr().err.rstrip("\n")) == 120

@@ -279,7 +279,10 @@ def resolve_model_dir(path: str | Path, role: str = "generator") -> Path:
 
 
 class Progress:
-    """A live progress line on stderr: step, rate, ETA and chosen metrics. Silent when disabled."""
+    """A live progress line on stderr, at most `WIDTH` columns: step, rate, ETA and chosen metrics. Silent when
+    disabled."""
+
+    WIDTH = 120
 
     def __init__(self, total: int, start: int = 0, enabled: bool = True, desc: str = ""):
         self.total, self.step, self.enabled, self.desc = total, start, enabled, desc
@@ -299,8 +302,9 @@ class Progress:
         self.shown.update({k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float))})
         shown = " ".join(f"{k}={v:.3g}" for k, v in self.shown.items())
         line = f"{self.desc} {step}/{self.total} [{_fmt(now - self.t0)}<{_fmt(eta)}, {rate:.2f}s/step] {shown}"
+        line = line[:self.WIDTH]
         if self.tty:
-            sys.stderr.write("\r" + line[:200].ljust(120))
+            sys.stderr.write("\r" + line.ljust(self.WIDTH))
             sys.stderr.flush()
         elif now - self.last_print > 10 or step == self.total:  # logs: a line every 10 s
             sys.stderr.write(line + "\n")

@@ -119,7 +119,7 @@ def choose_precision(t: TrainConfig, dtype: str, models: list, run_dir: Path, re
 
 def log_step(session: Session, step: int, metrics: dict, shown: dict, force: bool = False) -> None:
     """Write the step's metrics when due (every `log.every` steps, the last step, or `force`) and show
-    `shown` and every `eval/` metric on the progress line."""
+    `shown` and the latest greedy pass@1 (the test split's, else the first split's) on the progress line."""
     cfg = session.cfg
     if force or step % cfg.log.every == 0 or step == cfg.train.steps:
         if dist.is_main():
@@ -128,8 +128,8 @@ def log_step(session: Session, step: int, metrics: dict, shown: dict, force: boo
                 metrics[f"alarm/{name}"] = session.history[-1][f"alarm/{name}"] = 1.0
                 print(f"\nalarm at step {step}: {message}", file=sys.stderr, flush=True)
         session.logger.log(step, metrics)
-    session.progress.update(step, {**shown, **{k.split("/", 1)[1]: v for k, v in metrics.items()
-                                               if k.startswith("eval/")}})
+    evals = sorted((k != "eval/test/pass@1", k) for k in metrics if k.startswith("eval/") and k.endswith("/pass@1"))
+    session.progress.update(step, {**shown, **({evals[0][1].split("/", 1)[1]: metrics[evals[0][1]]} if evals else {})})
 
 
 def maybe_checkpoint(session: Session, step: int, roles: dict, stop: bool = False,
