@@ -48,8 +48,6 @@ Run:  cotrain run configs/reliability_smoke.yaml --out runs/reliability
 """
 from __future__ import annotations
 
-import random
-
 import torch
 
 from cotrain.config import RunConfig
@@ -59,30 +57,21 @@ from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.judge_reliability import passes_thresholds, reliability_reward, reliability_signals
 from cotrain.rl.majority import majority_vote
 from cotrain.rl.preference import dpo_loss, preference_pairs, ranking_loss
-from cotrain.runs.rundir import list_checkpoints
-from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
+from cotrain.runs.session import finish, log_step, maybe_checkpoint
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_tokens
-from cotrain.train.safeguard import Safeguard
 from cotrain.train.selfplay import (
-    add_optimizers,
     gt_correct,
     judge,
     judge_agreement,
     judge_gaps,
     judge_preferences,
     mean,
+    open_selfplay,
     preference_metrics,
-    probe_judge,
-    propose,
     proposer_backward,
     proposer_metrics,
-    proposer_warm_up,
-    seed_questions,
-    selfplay_models,
-    solver_start,
     step_models,
-    truth_lookup,
     zero_all,
 )
 from cotrain.train.setup import build_task, derive_seed
@@ -94,39 +83,19 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
-    seeds, truth = seed_questions(task, cfg.seed, cfg.selfplay.seed_questions)  # truth: for the gt/ metrics alone
-    truth_of = truth_lookup(task, truth)
-    add_optimizers(cfg.selfplay, cfg.train, cfg.verifier.lr, m)
     # the solver's start: the weak regime's older checkpoint and DPO's reference
-    older = solver_start(cfg, run_dir, resume) if rel.n_old or rel.solver_loss == "dpo" or cfg.safeguard.measures_kl else None
-    warmed = resume and bool(list_checkpoints(run_dir))
-    session = open_session(cfg, run_dir, resume, m.roles, desc="reliability")
-    at = {"seed": cfg.seed, "bf16": cfg.train.bf16}  # every sampling call's seed and (resolved) precision
-    buffer: list[str] = list(session.state.get("buffer", seeds))
-    compute = Compute(m.n_params(), session.state.get("compute"))
+    run = open_selfplay(cfg, run_dir, resume, task, "reliability", older_wanted=bool(rel.n_old or rel.solver_loss == "dpo"))
+    m, session, compute, buffer, safeguard = run.m, run.session, run.compute, run.buffer, run.safeguard
+    older, at, truth_of = run.older, run.at, run.truth_of
     n_questions = max(1, cfg.train.batch_size // (rel.n_strong + rel.n_weak + rel.n_old + rel.n_best_of))  # B = batch / C
     (solver, tok), (proposer, _) = m.solver, m.proposer
-
-    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None,
-                          probe_judge(sp, cfg.verifier, m.judge, compute, **at), compute,
-                          session.state.get("safeguard"))
-
-    def state() -> dict:
-        return {"compute": compute.tokens, "buffer": buffer[-sp.buffer_size:], **safeguard.state()}
-
-    # ------------------------------------------------------------------ proposer warm-up (step 0, no answers)
-    if not warmed and sp.proposer_warmup_steps:
-        proposer_warm_up(session, m, seeds, compute, older, state())
 
     eval_at_start(session, solver, tok, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         lr_scale = safeguard.step_scale(step, timer)  # < 1 where label-free signals distrust the judge
-        rng = random.Random(derive_seed(cfg.seed, "questions", step))
         # -------------------------------------------------------------- proposer
-        props = propose(sp, task, m.proposer, rng.choice(seeds), compute, step, timer, **at)
-        questions = props.fresh + [rng.choice(buffer) for _ in range(max(0, n_questions - len(props.fresh)))]
+        props, questions = run.questions(sp, task, n_questions, step, timer)
 
         # -------------------------------------------------------------- solver: C candidates per question
         texts, strong = _candidates(cfg, task, solver, tok, older, questions, compute, step, timer)  # [B][C], [C]
@@ -203,7 +172,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             timer.lap("eval")
         metrics.update(timer.metrics())
         log_step(session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
-        maybe_checkpoint(session, step, m.roles, extra=state())
+        maybe_checkpoint(session, step, m.roles, extra=run.state())
 
     others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}
     return finish(session, solver, tok, task, cfg.train.steps, other_models=others,

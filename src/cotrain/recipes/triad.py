@@ -47,8 +47,6 @@ Run:  cotrain run configs/triad_smoke.yaml --out runs/triad
 """
 from __future__ import annotations
 
-import random
-
 import torch
 
 from cotrain.config import RunConfig
@@ -57,28 +55,19 @@ from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.mae import learnability_reward, mae_proposer_reward, mae_solver_reward, role_advantages
-from cotrain.runs.rundir import list_checkpoints
-from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
+from cotrain.runs.session import finish, log_step, maybe_checkpoint
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_metrics, rollout_tokens
-from cotrain.train.safeguard import Safeguard
 from cotrain.train.selfplay import (
-    add_optimizers,
     gt_correct,
     judge,
     judge_agreement,
     judge_gaps,
     mean,
-    probe_judge,
-    propose,
+    open_selfplay,
     proposer_backward,
     proposer_metrics,
-    proposer_warm_up,
-    seed_questions,
-    selfplay_models,
-    solver_start,
     step_models,
-    truth_lookup,
     zero_all,
 )
 from cotrain.train.setup import build_task, derive_seed
@@ -91,38 +80,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    m = selfplay_models(cfg)                     # solver, proposer, judge: one shared model or three
-    seeds, truth = seed_questions(task, cfg.seed, cfg.selfplay.seed_questions)  # truth: for the gt/ metrics alone
-    truth_of = truth_lookup(task, truth)
-    add_optimizers(cfg.selfplay, cfg.train, cfg.verifier.lr, m)
-    older = solver_start(cfg, run_dir, resume) if g.beta > 0 or cfg.safeguard.measures_kl else None  # the KL's reference
-    warmed = resume and bool(list_checkpoints(run_dir))
-    session = open_session(cfg, run_dir, resume, m.roles, desc="triad")
-    at = {"seed": cfg.seed, "bf16": cfg.train.bf16}  # every sampling call's seed and (resolved) precision
-    buffer: list[str] = list(session.state.get("buffer", seeds))
-    compute = Compute(m.n_params(), session.state.get("compute"))
+    run = open_selfplay(cfg, run_dir, resume, task, "triad", older_wanted=g.beta > 0)  # older: the KL's reference
+    m, session, compute, buffer, safeguard = run.m, run.session, run.compute, run.buffer, run.safeguard
+    older, at, truth_of = run.older, run.at, run.truth_of
     n_questions = max(1, cfg.train.batch_size // G)
     (solver, tok), (proposer, _) = m.solver, m.proposer
-
-    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None,
-                          probe_judge(sp, cfg.verifier, m.judge, compute, **at), compute,
-                          session.state.get("safeguard"))
-
-    def state() -> dict:
-        return {"compute": compute.tokens, "buffer": buffer[-sp.buffer_size:], **safeguard.state()}
-
-    # ------------------------------------------------------------------ proposer warm-up (step 0, no answers)
-    if not warmed and sp.proposer_warmup_steps:
-        proposer_warm_up(session, m, seeds, compute, older, state())
 
     eval_at_start(session, solver, tok, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         lr_scale = safeguard.step_scale(step, timer)  # < 1 where label-free signals distrust the judge
-        rng = random.Random(derive_seed(cfg.seed, "questions", step))
         # -------------------------------------------------------------- proposer
-        props = propose(sp, task, m.proposer, rng.choice(seeds), compute, step, timer, **at)
-        questions = props.fresh + [rng.choice(buffer) for _ in range(max(0, n_questions - len(props.fresh)))]
+        props, questions = run.questions(sp, task, n_questions, step, timer)
 
         # -------------------------------------------------------------- solver: G answers to each question
         sro = generate(solver, encode_generator_prompts(tok, questions), group_size=G, max_new_tokens=g.max_new_tokens,
@@ -190,7 +159,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             timer.lap("eval")
         metrics.update(timer.metrics())
         log_step(session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
-        maybe_checkpoint(session, step, m.roles, extra=state())
+        maybe_checkpoint(session, step, m.roles, extra=run.state())
 
     others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}
     return finish(session, solver, tok, task, cfg.train.steps, other_models=others,

@@ -1,5 +1,6 @@
-"""The proposer-solver-judge loop's shared pieces, used by triad and reliability: the three roles'
-models (one shared model or three) and their optimizers, the seed questions, the proposer's step and
+"""The proposer-solver-judge loop's shared pieces, used by triad and reliability: the setup both run before
+their loops (`open_selfplay`: the three roles' models, one shared model or three, and their optimizers, the
+session, the safeguard, the state a checkpoint keeps), the seed questions, the proposer's step and
 warm-up, judging, one optimizer step per model, and the ground-truth monitors (formulas in docs/design.md, "Label-free recipes").
 """
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -24,10 +25,11 @@ from cotrain.roles import proposer as proposer_role
 from cotrain.roles.verifier import Verification
 from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
-from cotrain.runs.session import Session, maybe_checkpoint
+from cotrain.runs.session import Session, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_metrics, rollout_tokens
+from cotrain.train.safeguard import Safeguard
 from cotrain.train.setup import derive_seed, initial_model, initial_verifier, make_optimizer, training_pool
 from cotrain.train.update import optimizer_step, policy_backward, supervised_step, zero_grads
 
@@ -60,26 +62,6 @@ class SelfPlayModels:
                 "judge": self.judge[0].num_parameters()}
 
 
-def selfplay_models(cfg: RunConfig) -> SelfPlayModels:
-    """The three roles' models in train mode, with their optimizers: the judge starts from
-    `verifier.init` (the verifier's rule), the proposer from `selfplay.proposer_init` or as the solver."""
-    sp = cfg.selfplay
-    solver, tok = initial_model(cfg)
-    if sp.shared_model:
-        proposer, ptok, judge, jtok = solver, tok, solver, tok
-    else:
-        if sp.proposer_init:
-            proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=cfg.model.dtype)
-            proposer = prepare_for_training(proposer, cfg.model, dist.device())
-        else:
-            proposer, ptok = initial_model(cfg)
-        judge, jtok = initial_verifier(cfg)
-    m = SelfPlayModels((solver, tok), (proposer, ptok), (judge, jtok))
-    for model in m.models:
-        model.train()  # each on its model config's device: placed when built
-    return m
-
-
 def add_optimizers(sp: SelfPlayConfig, t: TrainConfig, judge_lr: float, m: SelfPlayModels) -> None:
     """One AdamW per model (the solver at `train.lr`, the proposer at `selfplay.proposer_lr`, the judge at
     `judge_lr`: the verifier's)."""
@@ -94,14 +76,76 @@ def add_optimizers(sp: SelfPlayConfig, t: TrainConfig, judge_lr: float, m: SelfP
         m.optimizers.update({id(proposer): (popt, psched), id(judge): (jopt, jsched)})
 
 
-def solver_start(cfg: RunConfig, run_dir, resume: bool):
-    """A frozen copy of the solver's start (the reference of a KL or DPO term, the weak regime's older
-    checkpoint). With one shared model the proposer's warm-up changes the solver too, so a resumed run
-    reloads the copy saved after that warm-up (`start_path`)."""
-    older, _ = initial_model(cfg)
-    if resume and bool(list_checkpoints(run_dir)) and start_path(run_dir).is_dir():
-        load_weights(older, start_path(run_dir))
-    return older.eval().requires_grad_(False)
+@dataclass
+class SelfPlayRun:
+    """What a self-play recipe builds before its loop and keeps across checkpoints: the three roles' models,
+    the session, the seed questions and their hidden truth, the solver's frozen start (None where nothing reads
+    it), the compute ledger, the buffer of proposed questions, the safeguard, and every sampling call's seed and
+    precision (`at`)."""
+
+    m: SelfPlayModels
+    session: Session
+    seeds: list[str]
+    truth_of: Callable
+    older: torch.nn.Module | None
+    compute: Compute
+    buffer: list[str]
+    safeguard: Safeguard
+    at: dict
+    buffer_size: int
+
+    def state(self) -> dict:
+        """The run state a checkpoint keeps beside the weights."""
+        return {"compute": self.compute.tokens, "buffer": self.buffer[-self.buffer_size:], **self.safeguard.state()}
+
+    def questions(self, sp: SelfPlayConfig, task, n: int, step: int, timer: StepTimer) -> tuple[Proposals, list[str]]:
+        """The proposer's step (from one seed question drawn for this step) and the step's `n` questions: its
+        fresh proposals, filled up from the buffer."""
+        rng = random.Random(derive_seed(self.at["seed"], "questions", step))
+        props = propose(sp, task, self.m.proposer, rng.choice(self.seeds), self.compute, step, timer, **self.at)
+        return props, props.fresh + [rng.choice(self.buffer) for _ in range(max(0, n - len(props.fresh)))]
+
+
+def open_selfplay(cfg: RunConfig, run_dir, resume: bool, task, desc: str, older_wanted: bool) -> SelfPlayRun:
+    """The three roles' models in train mode, with their optimizers (the judge from `verifier.init`, the proposer
+    from `selfplay.proposer_init` or as the solver), the solver's frozen start where `older_wanted` or the
+    safeguard measures a KL (with one shared model a resumed run reloads the copy saved after the proposer's
+    warm-up), the session (restored on resume), and on a fresh run the proposer's warm-up at step 0."""
+    sp = cfg.selfplay
+    solver, tok = initial_model(cfg)
+    if sp.shared_model:
+        proposer, ptok, judge_model, jtok = solver, tok, solver, tok
+    else:
+        if sp.proposer_init:
+            proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=cfg.model.dtype)
+            proposer = prepare_for_training(proposer, cfg.model, dist.device())
+        else:
+            proposer, ptok = initial_model(cfg)
+        judge_model, jtok = initial_verifier(cfg)
+    m = SelfPlayModels((solver, tok), (proposer, ptok), (judge_model, jtok))
+    for model in m.models:
+        model.train()  # each on its model config's device: placed when built
+    seeds, truth = seed_questions(task, cfg.seed, sp.seed_questions)  # truth: for the gt/ metrics alone
+    truth_of = truth_lookup(task, truth)
+    add_optimizers(sp, cfg.train, cfg.verifier.lr, m)
+    older = None
+    if older_wanted or cfg.safeguard.measures_kl:
+        older, _ = initial_model(cfg)
+        if resume and bool(list_checkpoints(run_dir)) and start_path(run_dir).is_dir():
+            load_weights(older, start_path(run_dir))
+        older = older.eval().requires_grad_(False)
+    warmed = resume and bool(list_checkpoints(run_dir))
+    session = open_session(cfg, run_dir, resume, m.roles, desc=desc)
+    at = {"seed": cfg.seed, "bf16": cfg.train.bf16}  # every sampling call's seed and (resolved) precision
+    buffer: list[str] = list(session.state.get("buffer", seeds))
+    compute = Compute(m.n_params(), session.state.get("compute"))
+    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None,
+                          probe_judge(sp, cfg.verifier, m.judge, compute, **at), compute,
+                          session.state.get("safeguard"))
+    run = SelfPlayRun(m, session, seeds, truth_of, older, compute, buffer, safeguard, at, sp.buffer_size)
+    if not warmed and sp.proposer_warmup_steps:  # step 0: no answers
+        proposer_warm_up(session, m, seeds, compute, older, run.state())
+    return run
 
 
 def start_path(run_dir) -> Path:
