@@ -474,3 +474,45 @@ def test_no_recipe_name_is_compared_outside_the_recipes_and_the_registry():
     """Was 2, both in config.py (`recipe != "sft"`, `recipe == "consistency"`): now registry flags."""
     hold_count(recipe_comparisons(), 0, "comparisons of a recipe's name outside recipes/ and registry.py",
                "give the recipe a flag in its registry entry and read that")
+
+
+def shared_runs(files: dict[str, list[str]], n: int = 10) -> list[str]:
+    """`a:line ~ b:line` for each first place where two files share `n` consecutive non-blank lines to the
+    letter (leading spaces kept: the same lines at another depth are another shape)."""
+    seen: dict[tuple, str] = {}
+    out = []
+    for name, lines in sorted(files.items()):
+        kept = [(i + 1, line.rstrip()) for i, line in enumerate(lines) if line.strip()]
+        last = -n
+        for j in range(len(kept) - n + 1):
+            window = tuple(text for _, text in kept[j:j + n])
+            other = seen.get(window)
+            if other and not other.startswith(f"{name}:") and j >= last + n:
+                out.append(f"{other} ~ {name}:{kept[j][0]}")
+                last = j
+            seen.setdefault(window, f"{name}:{kept[j][0]}")
+    return out
+
+
+def test_shared_runs_finds_ten_lines_two_files_share():
+    same = [f"x = {i}" for i in range(12)]
+    assert shared_runs({"a.py": ["import a", *same], "b.py": [*same, "", "y = 1"]}) == ["a.py:2 ~ b.py:1"]
+    assert shared_runs({"a.py": same[:9] + ["z"], "b.py": same[:9] + ["w"]}) == []  # nine lines alone
+    assert shared_runs({"a.py": same, "b.py": ["    " + line for line in same]}) == []  # another depth
+
+
+SHARED_RUN_LIMIT = 2
+"""Places where two recipes' code (below their docstrings and imports) shares 10 non-blank lines to the letter:
+the number may only fall. The setup the self-play recipes repeated is one call (`open_selfplay`); what is left is
+an evaluation-log-checkpoint tail (reliability, triad) and a generator-update-then-verifier-steps block
+(consistency, tango). Rows alike only in shape (two roles' loops written out) may stay."""
+
+
+def test_few_places_where_two_recipes_share_ten_lines_to_the_letter():
+    files = {}
+    for p in _recipe_files():
+        lines = p.read_text(encoding="utf-8").splitlines()
+        first = next(i for i, line in enumerate(lines) if line.startswith("def "))  # code, not the header
+        files[p.name] = [""] * first + lines[first:]
+    hold_count(shared_runs(files), SHARED_RUN_LIMIT, "places where two recipes share 10 lines to the letter",
+               "make the shared lines one call of the library")

@@ -39,10 +39,8 @@ proposed questions; with pairwise judgments also `rel/stab_pointwise`, the point
 `gt/judge_agree`, `gt/proposed_solver_acc`, `gt/proposed_solvable`, `gap/judge` and `gap/majority` (over each question's C
 candidates).
 
-Safeguard (`safeguard.enabled`, train/safeguard.py): every `safeguard.every` steps a probe has the
-judge score the solver's strong and weak answers to fixed blinded questions and measures the KL to the
-start and the entropy; where these label-free signals say the judge cannot be trusted, the solver's
-learning rate is scaled down or to zero until the next probe (`safe/*` metrics, one stderr line per change).
+Safeguard (`safeguard.enabled`): triad's probe of the judge (train/safeguard.py) scales the solver's learning
+rate down, or to zero, until the next probe wherever its label-free signals distrust the judge (`safe/*`).
 
 Run:  cotrain run configs/reliability_smoke.yaml --out runs/reliability
 """
