@@ -334,7 +334,7 @@ def test_the_cli_explains_itself(capsys):
     assert "named arms" in sub.choices["sweep"].format_help().replace("\n", " ")
     assert main(["keys", "tango"]) == 0
     out = capsys.readouterr().out
-    assert "cotraining.credit = 'to_go'" in out and "min-form" in out and "grpo." not in out
+    assert "cotraining.credit = 'to_go'" in out and "process advantage" in out and "grpo." not in out
     assert main(["keys", "tang"]) == 2 and "did you mean 'tango'" in capsys.readouterr().err
 
 

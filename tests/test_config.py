@@ -32,7 +32,9 @@ def test_model_path_replaces_default_preset():
     # unknown recipe lists the choices
     ({"recipe": "ppo"}, [], "recipe"),
     # override without '='
-    ({}, ["train.lr"], "not of the form key.sub=value"),
+    ({}, ["train.lr"], "override 'train.lr' is not of the form key.sub=value"),
+    # an unquoted value with spaces reaches the parser as several words: the message says to quote it
+    ({}, ["task={name:", "jsonl,", "path:", "f.jsonl}"], "override 'jsonl,' is not of the form key.sub=value (quote a value"),
     # a section given a scalar
     ({"train": 3}, [], "must be a mapping"),
     # compiled decoding has no drafting

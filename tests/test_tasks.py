@@ -413,6 +413,21 @@ def test_missing_data_file_is_a_user_error(make, tmp_path):
         make(tmp_path)
 
 
+def test_a_missing_train_file_is_named_by_its_split_and_absolute_path(tmp_path, monkeypatch):
+    """A test split reads the train split too (its overlap with it): the message names the train split's file,
+    absolute, whatever directory the run started from; not the eval split being checked."""
+    from cotrain.eval.evaluate import require_eval_splits
+    from cotrain.tasks.mathdata import JsonlTask
+
+    (tmp_path / "test.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    monkeypatch.chdir(tmp_path)
+    task = JsonlTask(splits={"train": "trian.jsonl", "test": "test.jsonl"})
+    with pytest.raises(UserError) as err:
+        require_eval_splits(task, "jsonl", ["test"], 10)
+    assert str(err.value) == (f"jsonl (train split): data file not found: {tmp_path / 'trian.jsonl'} "
+                              "(set task.path or task.splits)")
+
+
 def test_data_dir_from_environment(tmp_path, monkeypatch):
     row = {"question": "What is 2+2?", "answer": "2+2 = <<2+2=4>>4\n#### 4"}
     (tmp_path / "gsm8k_test.jsonl").write_text(json.dumps(row) + "\n")

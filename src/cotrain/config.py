@@ -303,24 +303,9 @@ class CoTrainingConfig(_Section):
         "wrong train on the verdicts alone. mixed: only groups holding right and wrong samples; the others train "
         "not at all, as under GRPO."))
     credit: Literal["to_go", "min", "final", "min_final", "first_error", "final_compute", "step"] = Field("to_go", description=(
-        "How step rewards become each token's process advantage (rl/tango.py). to_go: the sum of the z-normalised "
-        "step rewards at and after the token (RL Tango). min: the minimum of the +-1 step rewards (PURE's min-form). "
-        "final: to_go with "
-        "the final verdict scored as one more step on the answer's tokens, a solution with no answer or fewer "
-        "steps than its problem needs scored rejected there (stopping early cannot pay). min_final: min with that "
-        "step (every token of a wrong solution then gets the same value: an outcome term, uncentred where a "
-        "group is all wrong). first_error: -1 on the tokens of the first rejected item (a step, or the final "
-        "one) alone, 0 elsewhere: right steps earn nothing, so padding cannot pay. final_compute: final over the "
-        "steps that compute alone (wordproblems: that state an equation); a restated fact or prose earns nothing "
-        "and costs nothing, each equation its step reward (every step where the task does not count them). step: "
-        "final's items as +-1, each z-scored over the group's items and put on its own tokens alone (no sum over later "
-        "items, no 1/K): no length bonus, and a wrong solution's right prefix is credited (docs/design.md)."))
+        "How step rewards become each token's process advantage (rl/tango.py; each construction in docs/reference.md)."))
     verify_groups: Literal["all", "trained"] = Field("all", description=(
-        "Whose samples a verifier model judges each step. all: every sample (RL Tango). trained: only the groups "
-        "the process term trains (with process_groups mixed, those holding right and wrong samples), the same "
-        "generator update for less verification (the verdicts on the others are read by no update); the "
-        "verifier's cotrain/* monitors then read those groups alone. Needs process_groups mixed, and neither "
-        "adversarial nor alpha_schedule auto (both read every verdict); the oracle's verdicts are free either way."))
+        "Whose samples a verifier model judges each step: all (RL Tango), or trained, the groups the process term trains."))
 
     @model_validator(mode="before")
     @classmethod
@@ -889,7 +874,8 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     raw = renamed_sections(raw)
     for item in overrides:
         if "=" not in item:
-            raise UserError(f"override '{item}' is not of the form key.sub=value")
+            quote = " (quote a value with spaces: 'task={name: jsonl, path: f.jsonl}')" * any(c in item for c in "{}[],:")
+            raise UserError(f"override '{item}' is not of the form key.sub=value{quote}")
         key, text = item.split("=", 1)
         try:
             value = yaml.safe_load(text) if text != "" else ""

@@ -124,8 +124,8 @@ def require_eval_splits(task: Task, name: str, splits: list[str], n: int, named:
                             f"{', '.join(task.splits)}){f'; did you mean {close[0]!r}?' if close else ''}")
         try:
             out[split] = len(task.problems(split, n, seed=EVAL_SEED))
-        except UserError as err:
-            raise UserError(f"eval split {split!r}: {err}") from None
+        except UserError as err:  # a message that names its split (a test split reads the train split too) stays as it is
+            raise UserError(str(err) if " split)" in str(err) else f"eval split {split!r}: {err}") from None
         except (OSError, ValueError) as err:  # a file that vanished or does not decode
             raise UserError(f"eval split {split!r} of task {name} does not load: {err}") from None
     return out

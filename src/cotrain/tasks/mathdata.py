@@ -225,7 +225,7 @@ def read_jsonl(path: Path, task: str, hint: str = "set task.data_dir or COTRAIN_
         UserError: the file is missing, a line is not UTF-8 text, or a line is not a JSON object.
     """
     if not path.is_file():
-        raise UserError(f"{task}: data file not found: {path} ({hint})")
+        raise UserError(f"{task}: data file not found: {path.absolute()} ({hint})")
     rows = []
     try:
         rows = _read_rows(path, task, rows)
@@ -303,7 +303,7 @@ class _FileTask:
         if split in self._dataset_splits:
             rows = self._dataset.rows(split, record=FILES_READ)
         else:
-            rows = read_jsonl(path, self.name, self._hint)
+            rows = read_jsonl(path, f"{self.name} ({split} split)", self._hint)
         return [self._to_problem(row, path) for row in rows]
 
     def _to_problem(self, row: dict, path: Path) -> Problem:
@@ -562,7 +562,7 @@ class JsonlTask(_FileTask):
 
     def _load(self, split: str) -> list[Problem]:
         path, mapping = self._files[split], self._mappings[split]
-        rows = read_jsonl(path, self.name, self._hint)
+        rows = read_jsonl(path, f"{self.name} ({split} split)", self._hint)
         problems = [self._problem(row, path, mapping) for row in rows]
         print(self._readable_report(split, rows, problems, mapping), file=sys.stderr, flush=True)
         if split != "train" and "train" in self._files:
