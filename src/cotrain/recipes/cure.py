@@ -1,4 +1,4 @@
-"""CURE (research direction 5): a coder and a unit tester co-evolving on code, by RL on one another's runs.
+"""CURE: a coder and a unit tester co-evolving on code, by RL on one another's runs.
 
 One model plays both in two prompts, or two models do.
 

@@ -1,4 +1,4 @@
-"""GRPO on one generator with outcome rewards: experiment 1.1 of the plan, the single-model baseline.
+"""GRPO on one generator with outcome rewards: the single-model baseline.
 
 Algorithm (Shao et al. 2024, with the DAPO / Dr. GRPO options of TRL):
   each step draws B prompts, samples G completions of each (batch_size = B*G), rewards each
@@ -16,7 +16,7 @@ loss keeps the whole batch's normalisers). `gen/entropy` is the sampler's entrop
 `gen/clip_ratio` and `gen/kl` are over the trained groups. `gap/majority` (maj@G minus one sample's
 accuracy, on each step's groups) shows what a majority vote would know beyond one sample.
 
-Curriculum (`curriculum.levels`, research direction 6): the training problems come from the task
+Curriculum (`curriculum.levels`): the training problems come from the task
 built with the current level's options; the level rises by one (`rl.curriculum.next_level`) once the
 training accuracy over the last `curriculum.window` steps reaches `curriculum.raise_at`. Evaluation
 always uses the task as configured. `curriculum/level` is logged.

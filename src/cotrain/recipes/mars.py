@@ -1,7 +1,7 @@
 """MARS multi-agent GRPO: a planner and a worker acting in turn, trained together on a shared trajectory reward.
 
 Chen et al. 2025, "MARS: Optimizing Dual-System Deep Research via Multi-Agent Reinforcement Learning"
-(arXiv 2510.04935), research direction 4; the grouping of AT-GRPO (PettingLLMs). Formulas in
+(arXiv 2510.04935); the grouping of AT-GRPO (PettingLLMs). Formulas in
 rl/multi_agent.py, role formats in roles/planner.py and roles/worker.py.
 
 Algorithm, each step:

@@ -1,4 +1,4 @@
-"""Reliability-guided self-play (research/004): questions rewarded where the judge is reliable, no labels.
+"""Reliability-guided self-play: questions rewarded where the judge is reliable, no labels.
 
 No ground truth on the training path: the proposer writes questions, the solver answers, the judge
 scores; seed questions come from the train split through `tasks.base.blind` (answers hidden).
@@ -27,8 +27,8 @@ Algorithm (formulas in docs/design.md, "Label-free recipes"), each step:
 
 Deviations, and why:
   - By default pairwise preferences are read from each pass's pointwise scores (pass k prefers a_i
-    over a_j when s_i > s_j); `reliability.pairwise: true` asks the judge with a pairwise prompt, as
-    research/004 describes, at the cost of one judgment of two solutions per pair and pass.
+    over a_j when s_i > s_j); `reliability.pairwise: true` asks the judge with a pairwise prompt, at
+    the cost of one judgment of two solutions per pair and pass.
   - Best-of-N picks by self-consistency (a sample with the majority answer of N), not by the
     judge's score: choosing by the judge would make the separation signal circular.
   - The judge scores by the verifier's verdict, as in triad.

@@ -1,4 +1,4 @@
-"""RL Tango (experiment 2.1): a generator and a generative verifier co-trained by RL, each rewarding the other.
+"""RL Tango: a generator and a generative verifier co-trained by RL, each rewarding the other.
 
 Also its frozen-verifier baseline (experiment 1.2, `recipe: frozen_verifier`) and the adversarial
 variant (GAR, `cotraining.adversarial`), which differ from it by configuration alone.

@@ -1,4 +1,4 @@
-"""Multi-Agent Evolve (experiment 3.3): a proposer, a solver and a judge improve one another without labels.
+"""Multi-Agent Evolve: a proposer, a solver and a judge improve one another without labels.
 
 No ground truth on the training path: the proposer writes questions, the solver answers, the judge
 scores; seed questions come from the train split through `tasks.base.blind` (answers hidden).

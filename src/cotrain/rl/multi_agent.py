@@ -1,4 +1,4 @@
-"""Multi-agent GRPO (MARS, Chen et al. 2025, arXiv 2510.04935; research direction 4) as pure functions.
+"""Multi-agent GRPO (MARS, Chen et al. 2025, arXiv 2510.04935) as pure functions.
 
 Two roles act in turn in one trajectory and share its reward. Each role's samples are normalised
 within their own group, as AT-GRPO groups by agent and by turn: the planner's G plans of a prompt
