@@ -383,6 +383,8 @@ def test_what_a_run_will_cost_by_hand(capsys):
     assert eval_sequences(EvalConfig(n=40, k=4, n_sampled=60, n_during=10, at_start=True), 60, held) == {
         "during": 10, "final": 350, "larger": 0}
     assert eval_sequences(EvalConfig(n=40, k=1), 60, {"test": 50}) == {"during": 0, "final": 40, "larger": 0}
+    # an 8-problem test split evaluated every 20 steps with n_during 300: 8 a time, not 300 (4 x 8 = 32)
+    assert eval_sequences(EvalConfig(every=20, n_during=300, at_start=True, n=500, k=1), 60, {"test": 8})["during"] == 32
     assert evaluation_pace(2.0, 8, 64, 32) == pytest.approx(0.125)
     cost = run_cost(2.0, 60, 4, 15, 1, {"generator": {"parameters": 100, "trainable": 100}},
                     eval_sequences(ev, 60, held), 0.125)

@@ -313,11 +313,14 @@ def eval_sequences(ev: EvalConfig, steps: int, problems: dict[str, int]) -> dict
         problems: {split: problems it holds, up to max(n, larger_n)}, the splits evaluated (`require_eval_splits`).
 
     Returns:
-        `during`: `n_during` greedy every `every` steps and once more with `at_start`, of the first split;
+        `during`: `n_during` greedy (or the whole first split, where it holds fewer) every `every` steps and
+        once more with `at_start`, of the first split;
         `final`: each split's n greedy (`n`, or fewer where it holds fewer) and k samples of the first
         `n_sampled` of those (none with k under 2); `larger`: each split's `larger_n` greedy (`eval.larger_n`).
     """
-    during = ((steps // ev.every if ev.every else 0) + ev.at_start) * ev.n_during if problems else 0
+    first = next(iter(problems.values()), 0)  # the whole split where it held fewer than were asked for
+    n_during = min(ev.n_during, first) if first < max(ev.n, ev.larger_n) else ev.n_during
+    during = ((steps // ev.every if ev.every else 0) + ev.at_start) * n_during if problems else 0
     final = sum(m + (ev.k * min(ev.n_sampled, m) if ev.k >= 2 else 0) for m in (min(ev.n, n) for n in problems.values()))
     larger = sum(min(ev.larger_n, n) for n in problems.values()) if ev.larger_n else 0
     return {"during": during, "final": final, "larger": larger}
