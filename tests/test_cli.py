@@ -374,7 +374,7 @@ def test_what_a_run_will_cost_by_hand(capsys):
     the rollout's 2 s for 4 prompts x G 2 = 8 sequences of 64 tokens, evaluated with 32: 0.125 s a sequence,
     350 x 0.125 = 43.75 s, 10 s of it the larger evaluation's. With n_sampled 60 over n 40, k samples the 40
     problems evaluated (40 + 160, 30 + 120); at_start with no evaluation in training is one during (10)."""
-    from cotrain.check import cost_line, eval_sequences, evaluation_pace, run_cost
+    from cotrain.preflight import cost_line, eval_sequences, evaluation_pace, run_cost
     from cotrain.config import EvalConfig
 
     ev = EvalConfig(every=20, n_during=10, at_start=True, n=40, k=4, n_sampled=20, larger_n=50)

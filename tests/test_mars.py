@@ -188,7 +188,7 @@ def test_mars_sigkill_then_resume_equals_uninterrupted(sft_run, tmp_path):
 def test_check_counts_no_larger_evaluation_for_mars():
     """mars evaluates its planner and worker together and writes no larger/: `cotrain check`'s cost leaves
     eval.larger_n's 600 x 2 splits out for it, and keeps them for a recipe on the common path."""
-    from cotrain.check import evaluation_counts
+    from cotrain.preflight import evaluation_counts
     from cotrain.config import EvalConfig
 
     held, ev = {"test": 600, "ood": 600}, EvalConfig(n=40, k=0, larger_n=600)

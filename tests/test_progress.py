@@ -107,7 +107,7 @@ def test_tango_with_rollouts_trains_and_costs_what_check_says(sft_run, tmp_path)
     process term is nonzero on some step, and the continuations' tokens and FLOPs are the compute role
     `progress` (2 N FLOPs a forward token), summed over the steps into eval.json. `cotrain check` draws the
     run's first step with its seeds: the continuations it measures are step 1's, token for token."""
-    from cotrain.check import check
+    from cotrain.preflight import check
 
     raw = nano_config("tango", init=str(sft_run[0]), train={"steps": 3},
                       verifier={"source": "rollouts", "rollouts_k": 2},

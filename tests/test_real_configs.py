@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cotrain.check import check
+from cotrain.preflight import check
 from cotrain.cli import main
 from cotrain.config import load_config
 from cotrain.errors import UserError

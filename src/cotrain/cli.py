@@ -31,20 +31,28 @@ class _Parser(argparse.ArgumentParser):
 def cmd_run(args) -> int:
     from cotrain.config import load_config  # validated before torch is imported: a mistake is reported at once
 
-    cfg = load_config(args.config, args.overrides)
+    run_config(load_config(args.config, args.overrides), args.out, args.resume)
+    return 0
+
+
+def run_config(cfg, out: str | Path | None, resume: bool = False) -> dict:
+    """Run a validated config into `out` (else its `out_dir`), as `cotrain run` does, and return its eval.json:
+    its models' sources and evaluation splits checked first, the threads chosen before torch loads, the plots
+    drawn after the recipe returns. A finished run resumed is read, not rerun."""
     require_model_sources(cfg)  # an unreachable hub id: one line now, not after a minute of retries
     gguf_source.require_sources(cfg)
-    out = args.out or cfg.out_dir
+    out = out or cfg.out_dir
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
-    _choose_threads(cfg.train.threads, Path(out) if args.resume else None)  # before torch loads
+    _choose_threads(cfg.train.threads, Path(out) if resume else None)  # before torch loads
     # finished: nothing to resume, nothing re-evaluated (one process: under torchrun every rank must take the
     # same path, and a rank may start after another has written eval.json)
-    if args.resume and (Path(out) / "eval.json").is_file() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if resume and (Path(out) / "eval.json").is_file() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         print(f"{out} has finished (eval.json is written); nothing to resume. Its results:", file=sys.stderr)
-        _print_results(out, json.loads((Path(out) / "eval.json").read_text(encoding="utf-8")))
-        return 0
+        results = json.loads((Path(out) / "eval.json").read_text(encoding="utf-8"))
+        _print_results(out, results)
+        return results
     from cotrain import dist
     from cotrain.eval.evaluate import require_eval_splits
     from cotrain.train.setup import build_task
@@ -55,7 +63,7 @@ def cmd_run(args) -> int:
     dist.init()  # under torchrun: join the process group (one process: nothing)
     main_process, several = dist.is_main(), dist.world() > 1
     try:
-        results = registry.load(cfg.recipe).run(cfg, out, resume=args.resume)
+        results = registry.load(cfg.recipe).run(cfg, out, resume=resume)
     except UserError as err:
         dist.close(wait=False)
         if (Path(out) / "checkpoints").is_dir() and any((Path(out) / "checkpoints").iterdir()):
@@ -73,7 +81,7 @@ def cmd_run(args) -> int:
             plot_finished(out)
     if several:
         _exit_without_teardown()
-    return 0
+    return results
 
 
 def _exit_without_teardown() -> None:
@@ -114,7 +122,7 @@ def cmd_check(args) -> int:
         raise UserError(f"--device-memory must be a size in GiB between 0 and 1e6 (got {args.device_memory:g})")
     require_model_sources(cfg)
     gguf_source.require_sources(cfg)
-    from cotrain.check import check
+    from cotrain.preflight import check
 
     print(f"cotrain check {args.config}", flush=True)
     check(cfg, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device_memory_gib=args.device_memory,
