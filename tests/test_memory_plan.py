@@ -150,3 +150,18 @@ def test_check_refuses_a_device_size_that_is_not_one(capsys):
         assert main(["check", str(REPO / "configs" / "tango_smoke.yaml"), "--device-memory", bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--device-memory" in err[0]
+
+
+def test_check_without_a_rollout_and_a_verifier_that_writes_no_verdict(capsys):
+    """`--no-rollout` stops after the models and prompts (nothing sampled); with the rollout, tango's verifier
+    built fresh writes no verdict, and check names the consequence in a warning line, then still passes."""
+    config = str(REPO / "configs" / "tango_smoke.yaml")
+    fast = ["model.preset=nano", "--prompts", "1", "--max-new-tokens", "8"]
+    assert main(["check", config, *fast, "--no-rollout"]) == 0
+    out = capsys.readouterr().out
+    assert "rollout   skipped (--no-rollout)" in out and out.rstrip().endswith("ok")
+    assert "\nreward" not in out and "\nverify" not in out and "\nplan" not in out
+    assert main(["check", config, *fast]) == 0
+    out = capsys.readouterr().out
+    assert "final verdict none" in out, out
+    assert "\nwarning   the verifier's first verification ends in no verdict" in out and "trains as GRPO" in out

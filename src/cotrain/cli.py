@@ -126,7 +126,7 @@ def cmd_check(args) -> int:
 
     print(f"cotrain check {args.config}", flush=True)
     check(cfg, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device_memory_gib=args.device_memory,
-          say=lambda line: print(line, flush=True))
+          rollout=not args.no_rollout, say=lambda line: print(line, flush=True))
     return 0
 
 
@@ -530,6 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("overrides", **OVERRIDES, help="dotted overrides, e.g. model.path=/path/to/model")
     c.add_argument("--prompts", type=int, default=2, help="training prompts in the first rollout (default 2)")
     c.add_argument("--max-new-tokens", type=int, help="cap on the first rollout's completion length")
+    c.add_argument("--no-rollout", action="store_true",
+                   help="validate the config, its data and its models only: nothing sampled, graded or timed")
     c.add_argument("--device-memory", type=float, metavar="GIB",
                    help="plan the run's memory for a device of this many GiB (default: the generator's device)")
     c.set_defaults(fn=cmd_check)

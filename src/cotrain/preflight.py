@@ -49,7 +49,7 @@ SAMPLE_CHARS = 300
 
 
 def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None,
-          device_memory_gib: float | None = None, say=print) -> dict:
+          device_memory_gib: float | None = None, rollout: bool = True, say=print) -> dict:
     """Build everything `cfg` needs and run its first rollout; print a short report line by line.
 
     Args:
@@ -57,6 +57,8 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         prompts: training prompts in the rollout (at most the config's prompts per step).
         max_new_tokens: cap on the rollout's completion length (default: the config's).
         device_memory_gib: the memory the plan is made for (default: the generator's device's).
+        rollout: run and grade the first rollout and what follows it (False: the config, data, models and
+            prompts alone, in seconds).
         say: where report lines go.
 
     Returns:
@@ -128,6 +130,11 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         + (f"; proposer prompt {len(encode_proposer_prompts(proposer_tok, questions[:1])[0])} tokens"
            if "judge" in RECIPES[cfg.recipe].roles else ""))
 
+    if not rollout:
+        say("rollout   skipped (--no-rollout): nothing sampled, graded, verified or timed")
+        say("ok")
+        return report
+
     # ------------------------------------------------------------------ first rollout
     config_limit = plan["max_new_tokens"]
     limit = min(config_limit, max_new_tokens) if max_new_tokens else config_limit
@@ -196,6 +203,11 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         say(f"verify    {'judge' if checker != 'verifier' else 'verifier'}, first sample, greedy: "
             f"prompt {report['verification']['prompt_tokens']} tokens, {report['verification']['tokens']} generated "
             f"(max {vlimit}); format {parsed[0].format:.1f}, final verdict {verdict}")
+        if parsed[0].final is None:
+            report["warnings"] = [f"the {checker}'s first verification ends in no verdict: verdicts it does not write "
+                                  "give no reward, so where this holds the run trains as GRPO would (warm it up first: "
+                                  "verifier.warmup_sft_steps, or verifier.init)"]
+            say(f"warning   {report['warnings'][0]}")
 
     # ------------------------------------------------------------------ what else the recipe checks (cure: its tests)
     extra = getattr(registry.load(cfg.recipe), "check_extra", None)
