@@ -415,3 +415,35 @@ def test_keys_heads_each_section_with_whole_sentences_and_recipes_in_plain_words
     assert main(["recipes"]) == 0
     listing = capsys.readouterr().out
     assert "experiment" not in listing and "research" not in listing, listing
+
+
+def test_a_run_is_evaluated_and_resumed_from_another_directory(tmp_path, monkeypatch):
+    """A run started in one directory with data paths relative to it: `cotrain eval` and `--resume` from another
+    directory find its files (config.yaml keeps the paths as typed, env.json the directory they are relative to)."""
+    from cotrain.cli import main, rebase_paths
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir(), elsewhere.mkdir()
+    rows = "".join(f'{{"question": "{a}+{b}", "answer": "{a + b}"}}\n' for a in range(4) for b in range(4))
+    (home / "train.jsonl").write_text(rows), (home / "test.jsonl").write_text(rows)
+    smoke = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+    small = ["task={name: jsonl, splits: {train: train.jsonl, test: test.jsonl}}", "model.preset=nano", "train.steps=2",
+             "train.n_problems=16", "eval.n=4", "eval.k=0", "eval.every=0", "eval.splits=[test]", "checkpoint.every=1",
+             "log.plots=false"]
+    monkeypatch.chdir(home)
+    assert main(["run", smoke, *small, "--out", "run"]) == 0
+    monkeypatch.chdir(elsewhere)
+    assert main(["eval", str(home / "run"), "--n", "4", "--out", "again.json"]) == 0
+    assert json.loads((elsewhere / "again.json").read_text())["generator"]["test"]["n"] == 4
+    (home / "run" / "eval.json").unlink()
+    assert main(["run", str(home / "run" / "config.yaml"), "train.steps=3", "--out", str(home / "run"), "--resume"]) == 0
+    assert json.loads((home / "run" / "eval.json").read_text())["generator"]["test"]["n"] == 4
+    steps = [json.loads(line)["step"] for line in (home / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 3 and steps.count(1) == 1, steps  # resumed at step 3, steps 1-2 not run again
+    # the pure part: only a relative path that names something there is rebased
+    raw = {"init": "missing/dir", "model": {"path": "org/hub-model"}, "task": {"splits": {"train": "train.jsonl",
+           "test": {"path": "test.jsonl"}, "ood": "data:x.jsonl"}}}
+    out = rebase_paths(raw, home)
+    assert out["task"]["splits"] == {"train": str(home / "train.jsonl"), "test": {"path": str(home / "test.jsonl")},
+                                     "ood": "data:x.jsonl"}
+    assert out["init"] == "missing/dir" and out["model"]["path"] == "org/hub-model" and raw["task"]["splits"]["train"] == "train.jsonl"

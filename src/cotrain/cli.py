@@ -29,9 +29,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_run(args) -> int:
-    from cotrain.config import load_config  # validated before torch is imported: a mistake is reported at once
+    from cotrain.config import build_config, read_yaml_mapping  # validated before torch: a mistake is reported at once
 
-    run_config(load_config(args.config, args.overrides), args.out, args.resume)
+    raw = read_yaml_mapping(Path(args.config), "config file")
+    if args.resume and args.out:  # its relative paths, as the run's first part found them, from any directory
+        raw = rebase_paths(raw, _started_in(Path(args.out)))
+    run_config(build_config(raw, args.overrides), args.out, args.resume)
     return 0
 
 
@@ -140,8 +143,52 @@ def _recorded_run(checkpoint: str) -> dict:
         if (folder / "config.yaml").is_file():
             raw = read_yaml_mapping(folder / "config.yaml", "the run's config")
             if isinstance(raw.get("task"), dict) and raw["task"].get("name"):
-                return raw
+                return rebase_paths(raw, _started_in(folder))
     return {}
+
+
+def _started_in(run_dir: Path) -> Path | None:
+    """The directory a run started in (env.json's `cwd`; its first part's, for a resumed run), or None."""
+    try:
+        env = json.loads((run_dir / "env.json").read_text(encoding="utf-8"))
+        first = (env.get("earlier") or [env])[0]
+        return Path(first["cwd"]) if isinstance(first.get("cwd"), str) else None
+    except (OSError, ValueError, AttributeError, KeyError, IndexError, TypeError):
+        return None
+
+
+PATH_KEYS = ("init", "model.path", "model.lora_init", "verifier.init", "selfplay.proposer_init", "task.path",
+             "task.data_dir")  # and each of task.splits's files
+
+
+def rebase_paths(raw: dict, base: Path | None) -> dict:
+    """A run's config as written, with each relative data or model path that names something under `base` (the
+    directory the run started in) made absolute, so that the run is found again from any directory. A path
+    that exists nowhere there (a hub id, `data:NAME`) stays as written."""
+    if base is None:
+        return raw
+    out = copy.deepcopy(raw)
+
+    def fixed(value):
+        if isinstance(value, str) and value and not value.startswith("data:") and not Path(value).is_absolute() \
+                and (base / value).exists():
+            return str(base / value)
+        return value
+
+    for key in PATH_KEYS:
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            node[last] = fixed(node[last])
+    splits = out.get("task", {}).get("splits") if isinstance(out.get("task"), dict) else None
+    for split, spec in (splits or {}).items() if isinstance(splits, dict) else ():
+        if isinstance(spec, dict):
+            spec["path"] = fixed(spec.get("path"))
+        else:
+            splits[split] = fixed(spec)
+    return out
 
 
 def cmd_eval(args) -> int:

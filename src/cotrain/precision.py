@@ -165,7 +165,8 @@ def provenance() -> dict:
     except PackageNotFoundError:
         ours = None
     return {"cotrain": ours, "commit": commit, "dirty": dirty, "command": " ".join(["cotrain", *sys.argv[1:]])
-            if Path(sys.argv[0]).name == "cotrain" else " ".join(sys.argv)}
+            if Path(sys.argv[0]).name == "cotrain" else " ".join(sys.argv),
+            "cwd": os.getcwd()}  # what the config's relative paths are relative to (cli.rebase_paths)
 
 
 def machine_line(info: dict | None = None) -> str:
