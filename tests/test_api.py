@@ -35,3 +35,76 @@ def test_load_run_refuses_what_is_not_a_run(tmp_path):
 
     with pytest.raises(cotrain.UserError, match="not a run directory"):
         cotrain.load_run(tmp_path)
+
+
+DOUBLING = '''
+from cotrain.tasks import Problem
+
+
+class Doubling:
+    """Questions "double N", answers 2N, graded on the completion's last number."""
+    name = "doubling"
+    splits = ("train", "test")
+
+    def __init__(self, top: int = 20):
+        self.top = top
+
+    def problems(self, split, n=None, seed=0):
+        start = 0 if split == "train" else 1000
+        rows = [Problem(question=f"double {i}", answer=str(2 * i)) for i in range(start, start + self.top)]
+        return rows[:n] if n else rows
+
+    def extract_answer(self, completion):
+        words = [w for w in completion.split() if w.lstrip("-").isdigit()]
+        return words[-1] if words else None
+
+    def grade(self, completion, problem):
+        return float(self.extract_answer(completion) == problem.answer)
+'''
+SMALL = {"model": {"preset": "nano"}, "train": {"steps": 2, "batch_size": 16, "n_problems": 20},
+         "grpo": {"group_size": 4, "max_new_tokens": 8}, "eval": {"splits": ["test"], "n": 5, "k": 0, "every": 0},
+         "checkpoint": {"every": 0}, "log": {"plots": False, "tensorboard": False}}
+
+
+def test_a_task_of_ones_own_trains_by_file_and_by_registration_and_is_evaluated_from_elsewhere(tmp_path):
+    """A task class in the user's own file, outside src/: named by `task.module` through `cotrain run`, and
+    registered from Python through `cotrain.run`, where config.yaml records it as `task.module`; a later
+    `cotrain eval` of either run from another directory rebuilds it."""
+    import json
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "mytask.py").write_text(DOUBLING)
+    (tmp_path / "elsewhere").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    config = json.dumps({**SMALL, "recipe": "grpo", "task": {"name": "doubling", "module": "mytask.py:Doubling", "top": 30}})
+    by_file = subprocess.run([sys.executable, "-c", f"import json, cotrain; cotrain.run(json.loads({config!r}), out='run_file')"],
+                             cwd=tmp_path / "mine", capture_output=True, text=True, env=env, timeout=600)
+    assert by_file.returncode == 0, by_file.stderr[-3000:]
+    script = (f"import json, cotrain, mytask\nprint(cotrain.register_task('doubling', mytask.Doubling))\n"
+              f"config = json.loads({config!r}); del config['task']['module']\ncotrain.run(config, out='run_registered')")
+    registered = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "mine", capture_output=True, text=True,
+                                env={**env, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{tmp_path / 'mine'}"}, timeout=600)
+    assert registered.returncode == 0, registered.stderr[-3000:]
+    module = registered.stdout.strip().splitlines()[0]
+    assert module == f"{(tmp_path / 'mine' / 'mytask.py').resolve()}:Doubling", module
+    assert f"module: {module}" in (tmp_path / "mine" / "run_registered" / "config.yaml").read_text()
+    for run in ("run_file", "run_registered"):
+        proc = subprocess.run([sys.executable, "-m", "cotrain", "eval", str(tmp_path / "mine" / run), "--n", "3"],
+                              cwd=tmp_path / "elsewhere", capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(proc.stdout)["generator"]["test"]["n"] == 3
+
+
+def test_a_task_module_that_does_not_load_is_one_line(tmp_path):
+    import pytest
+
+    import cotrain
+    from cotrain.tasks import make_task
+
+    (tmp_path / "broken.py").write_text("raise RuntimeError('oops')\n")
+    for spec, message in ((f"{tmp_path}/broken.py:X", "does not load: RuntimeError: oops"),
+                          (f"{tmp_path}/none.py:X", "file not found"), ("no_colon", "expected path/to/file.py:Name"),
+                          ("json:NoSuchThing", "has no 'NoSuchThing'"), ("json:dumps", "is not a task class"),
+                          ("json:JSONDecoder", "is not a task: it has no name, splits, problems")):
+        with pytest.raises(cotrain.UserError, match=message):
+            make_task("mine", module=spec)

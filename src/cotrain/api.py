@@ -29,11 +29,22 @@ def _overrides(overrides: dict | list[str] | None) -> list[str]:
 
 
 def _config(config: str | Path | dict, overrides: dict | list[str] | None):
+    """The validated config; a task registered from Python (`register_task`) recorded as its `task.module`."""
     from cotrain.config import build_config, load_config
+    from cotrain.tasks import USER_TASKS, module_of
 
-    if isinstance(config, dict):
-        return build_config(config, _overrides(overrides))
-    return load_config(str(config), _overrides(overrides))
+    cfg = build_config(config, _overrides(overrides)) if isinstance(config, dict) else load_config(str(config), _overrides(overrides))
+    if cfg.task.name in USER_TASKS and "module" not in cfg.task.options():
+        cfg.task.__pydantic_extra__["module"] = module_of(USER_TASKS[cfg.task.name])
+    return cfg
+
+
+def register_task(name: str, cls: type) -> str:
+    """Make a `cotrain.tasks.Task` subclass of one's own the task `name` for `cotrain.run` in this process; a run
+    records where it lives as `task.module`, so later commands rebuild it. Returns that `task.module`."""
+    from cotrain.tasks import register_task as register
+
+    return register(name, cls)
 
 
 def run(config: str | Path | dict, out: str | Path | None = None, overrides: dict | list[str] | None = None,

@@ -182,7 +182,11 @@ def rebase_paths(raw: dict, base: Path | None) -> dict:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict) and last in node:
             node[last] = fixed(node[last])
-    splits = out.get("task", {}).get("splits") if isinstance(out.get("task"), dict) else None
+    task = out.get("task") if isinstance(out.get("task"), dict) else {}
+    if isinstance(task.get("module"), str) and ".py:" in task["module"]:  # path/to/file.py:Name
+        file, _, name = task["module"].rpartition(":")
+        task["module"] = f"{fixed(file)}:{name}"
+    splits = task.get("splits")
     for split, spec in (splits or {}).items() if isinstance(splits, dict) else ():
         if isinstance(spec, dict):
             spec["path"] = fixed(spec.get("path"))

@@ -118,7 +118,7 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: str = Field("arith", description=(
         "arith | countdown | codeworld | humaneval | code_jsonl | wordproblems | gsm8k | math500 | jsonl | "
-        "rg:<reasoning-gym name>"))
+        "rg:<reasoning-gym name>, or a name of one's own with task.module: path/to/file.py:Name (docs/new_task.md)"))
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

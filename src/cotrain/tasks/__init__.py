@@ -9,11 +9,19 @@
     gsm8k, math500    GSM8K and MATH-500, shipped in the package or a `datasets` id (tasks/mathdata.py)
     jsonl             any JSONL file of question/answer rows (tasks/mathdata.py)
     rg:<generator>    a reasoning-gym generator, e.g. rg:leg_counting (tasks/rg.py)
+
+A task of one's own is a `Task` subclass in one's own file: name it with `task.module: path/to/file.py:Name`
+(or `package.module:Name`), or register it from Python with `cotrain.register_task(name, cls)`
+(docs/new_task.md).
 """
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.util
 import inspect
+import sys
+from pathlib import Path
 
 from cotrain.errors import UserError
 from cotrain.tasks.arith import ArithTask
@@ -24,7 +32,7 @@ from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
 from cotrain.tasks.wordproblems import WordProblemsTask
 
-__all__ = ["TASKS", "Problem", "Task", "make_task"]
+__all__ = ["TASKS", "Problem", "Task", "make_task", "register_task"]
 
 TASKS = {"arith": ArithTask, "countdown": CountdownTask, "gsm8k": Gsm8kTask, "math500": Math500Task, "jsonl": JsonlTask,
          "humaneval": HumanEvalTask, "code_jsonl": CodeJsonlTask, "codeworld": CodeWorldTask,
@@ -46,6 +54,11 @@ def make_task(name: str, **options) -> Task:
     Raises:
         UserError: unknown name or option (the message names the closest valid one), or bad values.
     """
+    module = options.pop("module", None)
+    if module is not None:
+        return _build(load_object(str(module), "task.module"), name, options, own=True)
+    if name in USER_TASKS:
+        return _build(USER_TASKS[name], name, options, own=True)
     if name.startswith("rg:"):
         from cotrain.tasks.rg import ReasoningGymTask  # imports reasoning_gym lazily, inside
 
@@ -54,11 +67,90 @@ def make_task(name: str, **options) -> Task:
         valid = [*TASKS, "rg:<generator>"]
         closest = difflib.get_close_matches(name, valid, n=1, cutoff=0.0)[0]
         raise UserError(f"unknown task {name!r}; did you mean {closest!r}? (valid: {', '.join(valid)})")
-    cls = TASKS[name]
+    return _build(TASKS[name], name, options)
+
+
+def _build(cls, name: str, options: dict, own: bool = False) -> Task:
+    """`cls(**options)`, its options checked first; a user's own class (`own`) fails in one line, whatever it raises."""
+    if not isinstance(cls, type):
+        raise UserError(f"{name}: {cls!r} is not a task class (see cotrain.tasks.Task)")
+    if own:
+        try:
+            return _build(cls, name, options)
+        except UserError:
+            raise
+        except Exception as err:
+            raise UserError(f"{name}: {cls.__name__}({', '.join(options)}) failed: {type(err).__name__}: {err}") from None
     accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
     for option in options:
         if option not in accepted:
             closest = difflib.get_close_matches(option, accepted, n=1, cutoff=0.0)
             hint = f"; did you mean {closest[0]!r}?" if closest else " (it takes none)"
             raise UserError(f"{name}: unknown option {option!r}{hint} (valid: {', '.join(accepted) or 'none'})")
-    return cls(**options)
+    task = cls(**options)
+    missing = [a for a in TASK_API if not hasattr(task, a)]
+    if missing:
+        raise UserError(f"{name}: {cls.__name__} is not a task: it has no {', '.join(missing)} (see cotrain.tasks.Task)")
+    return task
+
+
+TASK_API = ("name", "splits", "problems", "extract_answer", "grade")
+
+
+USER_TASKS: dict[str, type] = {}
+"""Tasks registered from Python (`register_task`), by name."""
+
+
+def register_task(name: str, cls: type) -> str:
+    """Make `cls` (a `Task` subclass) the task called `name` in this process, and return the `task.module` value
+    a run records for it (`path/to/file.py:Name`), so that a later `cotrain eval`, a sweep or torchrun rebuild it."""
+    if not (isinstance(cls, type) and all(hasattr(cls, a) for a in TASK_API if a not in ("name", "splits"))):
+        raise UserError(f"register_task({name!r}, ...): expected a task class (cotrain.tasks.Task), got {cls!r}")
+    if name in TASKS or name.startswith("rg:"):
+        raise UserError(f"register_task: {name!r} is a task of cotrain's own; choose another name")
+    USER_TASKS[name] = cls
+    return module_of(cls)
+
+
+def module_of(cls: type) -> str:
+    """Where a class lives, as `task.module` names it: its file, absolute (a script's, a module's of its own, one
+    `task.module` loaded), found from any directory; `package.module:Name` for a class inside a package."""
+    name = cls.__module__
+    path = getattr(sys.modules.get(name), "__file__", None)
+    if "." in name and not name.startswith(USER_MODULE):
+        return f"{name}:{cls.__qualname__}"
+    if path is None:
+        raise UserError(f"{cls.__qualname__} is defined where no other process can find it (a notebook cell?): "
+                        "put it in a file, then register it or name it with task.module")
+    return f"{Path(path).resolve()}:{cls.__qualname__}"
+
+
+USER_MODULE = "cotrain_user_"  # the module name a file loaded by `task.module` is given
+
+
+def load_object(spec: str, what: str):
+    """`path/to/file.py:Name` or `package.module:Name` (a `task.module`, a `task.reward`), loaded: one line on failure."""
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise UserError(f"{what}: expected path/to/file.py:Name or package.module:Name, got {spec!r}")
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise UserError(f"{what}: file not found: {path.absolute()}")
+            key = USER_MODULE + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
+            module = sys.modules.get(key)
+            if module is None:
+                loader = importlib.util.spec_from_file_location(key, path)
+                module = importlib.util.module_from_spec(loader)
+                sys.modules[key] = module
+                loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except UserError:
+        raise
+    except Exception as err:  # the user's file: any error in it is theirs to fix, in one line
+        raise UserError(f"{what}: {spec} does not load: {type(err).__name__}: {err}") from None
+    if not hasattr(module, attr):
+        raise UserError(f"{what}: {where} has no {attr!r}")
+    return getattr(module, attr)
