@@ -108,3 +108,34 @@ def test_a_task_module_that_does_not_load_is_one_line(tmp_path):
                           ("json:JSONDecoder", "is not a task: it has no name, splits, problems")):
         with pytest.raises(cotrain.UserError, match=message):
             make_task("mine", module=spec)
+
+
+def test_a_reward_function_of_ones_own_sets_grpo_s_training_reward_only(tmp_path, capsys):
+    """`task.reward: file.py:function`: grpo trains on it (here: 1 for any completion holding a digit, a reward the
+    grader never gives an untrained model), evaluation keeps the task's grader; a function that raises on a
+    completion scores it 0 with one warning; a recipe that reads its task's grader refuses the key in one line."""
+    import json
+
+    import pytest
+
+    import cotrain
+    from cotrain.config import build_config
+
+    (tmp_path / "rewards.py").write_text("def has_digit(completion, problem):\n"
+                                         "    return float(any(c.isdigit() for c in completion))\n\n"
+                                         "def broken(completion, problem):\n    raise KeyError('oops')\n")
+    base = {**SMALL, "recipe": "grpo", "task": {"name": "arith", "n_ops": [1, 2], "max_operand": 9}}
+    base["train"] = {**SMALL["train"], "n_problems": 200}
+    graded = cotrain.run(base, out=tmp_path / "graded")
+    mine = cotrain.run({**base, "task": {**base["task"], "reward": f"{tmp_path}/rewards.py:has_digit"}}, out=tmp_path / "mine")
+    rows = [json.loads(line) for line in (tmp_path / "mine" / "metrics.jsonl").read_text().splitlines() if '"gen/reward"' in line]
+    graded_rows = [json.loads(line) for line in (tmp_path / "graded" / "metrics.jsonl").read_text().splitlines()
+                   if '"gen/reward"' in line]
+    assert rows[0]["gen/reward"] != graded_rows[0]["gen/reward"], (rows[0], graded_rows[0])  # the same samples, rewarded otherwise
+    assert mine["generator"]["test"]["n"] == graded["generator"]["test"]["n"] == 5  # evaluated by the grader, as before
+    capsys.readouterr()
+    cotrain.run({**base, "task": {**base["task"], "reward": f"{tmp_path}/rewards.py:broken"}}, out=tmp_path / "broken")
+    err = capsys.readouterr().err
+    assert err.count("warning: task.reward") == 1 and "KeyError" in err
+    with pytest.raises(cotrain.UserError, match="task.reward sets grpo's training reward; recipe tango reads its task's grader"):
+        build_config({**base, "recipe": "tango", "task": {**base["task"], "reward": "x.py:f"}})

@@ -183,9 +183,10 @@ def rebase_paths(raw: dict, base: Path | None) -> dict:
         if isinstance(node, dict) and last in node:
             node[last] = fixed(node[last])
     task = out.get("task") if isinstance(out.get("task"), dict) else {}
-    if isinstance(task.get("module"), str) and ".py:" in task["module"]:  # path/to/file.py:Name
-        file, _, name = task["module"].rpartition(":")
-        task["module"] = f"{fixed(file)}:{name}"
+    for key in ("module", "reward"):
+        if isinstance(task.get(key), str) and ".py:" in task[key]:  # path/to/file.py:Name
+            file, _, name = task[key].rpartition(":")
+            task[key] = f"{fixed(file)}:{name}"
     splits = task.get("splits")
     for split, spec in (splits or {}).items() if isinstance(splits, dict) else ():
         if isinstance(spec, dict):

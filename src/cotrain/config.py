@@ -147,12 +147,9 @@ class TrainConfig(_Section):
     bf16: bool | Literal["auto"] = Field("auto", description=(
         "torch.autocast to bfloat16 for forward passes; auto: where bf16 is native (CUDA, AVX512-BF16, AMX), kept in env.json."))
     fsdp: bool = Field(False, description=(
-        "Under torchrun, shard weights, gradients and optimizer states over the processes (FSDP2, one unit per "
-        "decoder layer); rollouts and evaluation use a plain copy of the weights refreshed after each update."))
+        "Under torchrun, shard weights, gradients and optimizer states over the processes (FSDP2; docs/reference.md)."))
     offload_optimizer: bool = Field(False, description=(
-        "Keep AdamW's two moments in host memory between optimizer steps: copied onto the device for each "
-        "step and back (twice the trainable parameters' bytes each way a step), so no other phase holds them; "
-        "`cotrain check` shows the memory it frees. Not with fsdp (which shards the moments already)."))
+        "Keep AdamW's two moments in host memory between optimizer steps (not with fsdp; docs/reference.md)."))
     micro_batch_size: int | None = Field(None, ge=1, description=(
         "Sequences per forward and backward pass (gradient accumulation; GRPO rounds it down to whole groups, "
         "at least one); null: a process's whole share of the batch at once. The update is the same either way."))
@@ -727,6 +724,8 @@ class RunConfig(_Section):
         if recipe.rewards_every_verdict and self.cotraining.verify_groups == "trained":
             raise ValueError(f"cotraining.verify_groups: trained judges only some groups; recipe {self.recipe} rewards every "
                              "sample by the verifier's verdict: set cotraining.verify_groups: all")
+        if "reward" in self.task.options() and not recipe.custom_reward:
+            raise ValueError(f"task.reward sets grpo's training reward; recipe {self.recipe} reads its task's grader")
         if self.safeguard.enabled and not recipe.guarded:
             raise ValueError(f"safeguard.enabled guards the label-free recipes {', '.join(GUARDED)}; "
                              f"recipe {self.recipe} has none: set safeguard.enabled: false")

@@ -33,6 +33,7 @@ class Recipe:
     groups: bool = True         # it samples groups of completions (grpo.group_size divides its batch); sft does not
     rewards_every_verdict: bool = False  # its reward reads the verifier's verdict on every sample (verify_groups: all)
     guarded: bool = False       # the safeguard (safeguard.enabled) can guard it
+    custom_reward: bool = False  # its training reward can be a user's function (task.reward)
 
 
 CO_TRAINING = ("generator", "verifier")
@@ -40,7 +41,7 @@ SELF_PLAY = ("proposer", "solver", "judge")  # the solver is the generator; one 
 
 RECIPES: dict[str, Recipe] = {
     "sft": Recipe("sft", labels="reference solutions", control=True, groups=False),
-    "grpo": Recipe("grpo", vllm=True, control=True),
+    "grpo": Recipe("grpo", vllm=True, control=True, custom_reward=True),
     "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels",
                     step_verdicts=True),
     "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(

@@ -47,7 +47,8 @@ from cotrain.train.rollout import (
     rollout_tokens,
     step_shape_metrics,
 )
-from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
+from cotrain.train.setup import (build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool,
+                                 training_reward)
 from cotrain.train.update import generator_update
 
 
@@ -56,6 +57,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
+    reward = training_reward(task, cfg.task.options().get("reward"))  # the task's grader, or task.reward's function
     model, tokenizer = initial_model(cfg)
     model.train()  # on model.device: initial_model placed it
     # The frozen reference is the starting model (with LoRA: its base, adapters off); none when beta == 0.
@@ -85,7 +87,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
         # -------------------------------------------------------------- reward and advantage
         # graded once per sample across processes: every rank gets the same rewards, time limits or not
-        rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))))  # [B*G]
+        rewards = torch.tensor(dist.map_shards(lambda tp: reward(*tp), list(zip(texts, problems))))  # [B*G]
         advantages = group_advantages(rewards, g.group_size, g.scale_rewards)          # [B*G]
         timer.lap("reward")
 

@@ -54,6 +54,7 @@ def make_task(name: str, **options) -> Task:
     Raises:
         UserError: unknown name or option (the message names the closest valid one), or bad values.
     """
+    options.pop("reward", None)  # the training reward's function: read by the recipe (train/setup.py), not the task
     module = options.pop("module", None)
     if module is not None:
         return _build(load_object(str(module), "task.module"), name, options, own=True)

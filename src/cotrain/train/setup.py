@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import math
 import shutil
+import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -17,7 +19,7 @@ from cotrain.config import RunConfig, TaskConfig, TrainConfig
 from cotrain.errors import UserError
 from cotrain.models.build import build_model, load_model, prepare_for_training, save_model
 from cotrain.runs.rundir import resolve_model_dir
-from cotrain.tasks import make_task
+from cotrain.tasks import load_object, make_task
 from cotrain.tasks.base import Problem, Task
 
 
@@ -30,6 +32,29 @@ def derive_seed(*parts: int | str) -> int:
 def build_task(cfg: TaskConfig) -> Task:
     """The task `cfg` (the run config's `task` section) names, with its options."""
     return make_task(cfg.name, **cfg.options())
+
+
+def training_reward(task: Task, spec: str | None) -> Callable[[str, Problem], float]:
+    """The training reward of a completion: the task's grader, or the user's function `task.reward` names
+    (`path/to/file.py:function` or `package.module:function`, called as fn(completion, problem) -> float).
+    Evaluation keeps the grader. A completion the function fails on scores 0, with one warning line for the first."""
+    if spec is None:
+        return task.grade
+    fn = load_object(str(spec), "task.reward")
+    if not callable(fn):
+        raise UserError(f"task.reward: {spec} is not a function")
+    failed: list[str] = []
+
+    def reward(completion: str, problem: Problem) -> float:
+        try:
+            return float(fn(completion, problem))
+        except Exception as err:  # a model's output the user's function did not expect: never a crash
+            if not failed:
+                print(f"warning: task.reward {spec} failed on a completion ({type(err).__name__}: {err}); it scores 0, "
+                      "and further failures are not shown", file=sys.stderr, flush=True)
+            failed.append(type(err).__name__)
+            return 0.0
+    return reward
 
 
 def training_pool(task: Task, seed: int, n: int | None, n_val: int = 0) -> tuple[list[Problem], list[Problem]]:
