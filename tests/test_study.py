@@ -85,6 +85,17 @@ def test_archive_of_a_directory_that_is_no_run_is_one_line_and_exit_2(tmp_path, 
     assert len(err) == 1 and "not a run directory" in err[0]
 
 
+def test_archive_of_an_unfinished_run_says_so(tmp_path, capsys):
+    """A run still going (no eval.json) is kept as it stands, with one warning line: a study of it reads rows alone."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("recipe: grpo\n")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert main(["archive", str(run), str(tmp_path / "kept")]) == 0
+    assert f"warning: {run} has no eval.json (not finished)" in capsys.readouterr().err
+    assert (tmp_path / "kept" / "metrics.jsonl.gz").is_file() and not (tmp_path / "kept" / "eval.json").exists()
+
+
 @pytest.mark.parametrize("name, content, said", [
     ("outcomes.json", b"[1, 0]", "must hold a JSON object"),
     ("outcomes.json", b'{"test": {"correct": "01", ', "is not JSON"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import sys
 from pathlib import Path
 
 from cotrain.errors import UserError
@@ -49,6 +50,9 @@ def archive_run(run_dir: str | Path, dest: str | Path, command: str | None = Non
         raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
     if model is not None and not (Path(model) / "config.json").is_file():
         raise UserError(f"{model}: not a model directory (no config.json)")
+    if not (run_dir / "eval.json").is_file():  # a run still going, or killed: kept, but said
+        print(f"warning: {run_dir} has no eval.json (not finished): what is kept is its rows so far",
+              file=sys.stderr, flush=True)
     dest.mkdir(parents=True, exist_ok=True)
     before = (dest / "eval.json").read_bytes() if (dest / "eval.json").is_file() else None
     written = []
