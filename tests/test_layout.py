@@ -124,7 +124,7 @@ def test_nothing_that_trains_imports_the_lab():
     assert not upward, upward
 
 
-LONGEST_FILE_LIMIT = 970
+LONGEST_FILE_LIMIT = 969
 """The longest file in src/, in lines: the number may only fall (the aim is 800; what is over it is config.py,
 which still holds every recipe's section)."""
 LAB_FILE_LIMIT = 500  # the lab is split by what each part holds
