@@ -11,7 +11,8 @@ The goldens of tests/ allow a relative 1e-6 and cover none of the oracle's const
     python bench/identical_runs.py --compare runs/identical/base runs/identical/head
 
 Each run is one thread; the digests (sha256 of each run's stripped metrics.jsonl) go to OUT/digests.json, with
-the commit, the CPU and torch's kernel variables. Digests compare only on one machine kind and kernel set:
+the commit, the CPU and torch's kernel variables (with --only, added to the digests already there of the same
+commit and CPU). Digests compare only on one machine kind and kernel set:
 another CPU computes other floats. The last line of --compare is `identical=<True|False>`; it exits 1 on a
 difference, naming the first differing row and key.
 """
@@ -100,6 +101,9 @@ def run_all(out: Path, tree: Path, only: list[str] | None) -> dict:
     info = {k.strip(): v.strip() for k, v in info.items()}
     cpu = (f"{info.get('model name', platform.processor())} {info.get('cpu family', '?')}/{info.get('model', '?')}"
            if info else platform.processor())
+    earlier = json.loads((out / "digests.json").read_text(encoding="utf-8")) if (out / "digests.json").is_file() else {}
+    if only and earlier.get("commit") == commit and earlier.get("cpu") == cpu:  # --only adds to what ran before
+        digests = {**earlier.get("digests", {}), **digests}
     summary = {"commit": commit, "dirty": dirty, "cpu": cpu, "kernels": kernels, "digests": digests}
     (out / "digests.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
