@@ -341,10 +341,11 @@ def test_recipe_panels_are_declared_beside_their_recipes_and_drawn():
     assert {p.metric for p in plot._PANELS} >= set(metrics)
 
 
-WHOLE_CONFIG_LIMIT = 13
+WHOLE_CONFIG_LIMIT = 14
 """Functions that take the whole run config outside recipes/ and the modules that plan or start a whole run
 (the command line, `cotrain check`'s preflight.py, the Python API, config.py): the number may only fall, to 0.
-Those left build the models a run starts from, open its session, run a verifier's warm-up or the safeguard."""
+Those left build the models a run starts from, open its session (which holds the config: `Session.cfg`), run a
+verifier's warm-up or the safeguard."""
 WHOLE_CONFIG_READERS = ("/cli.py", "/preflight.py", "/api.py", "/config.py")
 
 
@@ -364,7 +365,7 @@ def hold_count(found: list[str], limit: int, what: str, remedy: str) -> None:
 
 def whole_config_takers() -> list[str]:
     """`module:line name` of each function outside recipes/ with a parameter annotated `RunConfig`, or an
-    unannotated one named `cfg`."""
+    unannotated one named `cfg`, and `module:line Class.field` of each class field annotated `RunConfig`."""
     out = []
     for rel, tree in library_trees(*WHOLE_CONFIG_READERS):
         for node in ast.walk(tree):
@@ -374,6 +375,10 @@ def whole_config_takers() -> list[str]:
                     if "RunConfig" in annotation or (a.arg == "cfg" and not annotation):
                         out.append(f"{rel}:{node.lineno} {node.name}")
                         break
+            elif isinstance(node, ast.ClassDef):  # an object that holds the config is a use too
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and "RunConfig" in ast.unparse(item.annotation):
+                        out.append(f"{rel}:{item.lineno} {node.name}.{ast.unparse(item.target)}")
     return out
 
 

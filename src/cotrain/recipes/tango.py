@@ -151,8 +151,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     compute = Compute(n_params | ({"progress": n_params["gen"]} if rollouts else {}), session.state.get("compute"))
     grade = partial(graded, task)
     if not oracle:
-        ver_rl = VerifierRL(cfg, pool, (model, tokenizer), roles["verifier"], compute, labels=grade,
-                            ema=session.state.get("class_ema"), step_count=session.state.get("ver_step", 0))
+        ver_rl = VerifierRL(cfg.seed, g, v, tg, cfg.train, cfg.rollout, pool, (model, tokenizer), roles["verifier"],
+                            compute, labels=grade, ema=session.state.get("class_ema"),
+                            step_count=session.state.get("ver_step", 0))
         heldout = injected_heldout(task, cfg.eval.splits[0], tg.eval_n)  # eval/verifier/* metrics on it:
         eval_verifier = partial(eval_verifier_during, verifier, vtok, task, heldout, v, cfg.eval.batch_size, cfg.train.bf16)
     # alpha: auto: the verdict counts of the last 5 steps and the reliability they gave (kept on resume)
@@ -207,10 +208,15 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         compute.add("gen", trained=trained)
         timer.lap("update", trained)
 
-        # -------------------------------------------------------------- verifier steps
+        # -------------------------------------------------------------- verifier steps: Nv after every Ng generator steps
         ver_metrics: list[dict] = []
-        if not frozen and step % tg.gen_steps == 0:
-            ver_metrics = [ver_rl.step() for _ in range(tg.ver_steps)]
+        for _ in range(tg.ver_steps if not frozen and step % tg.gen_steps == 0 else 0):
+            batch = ver_rl.sample()                               # fresh solutions of the current generator, graded
+            vro, vparsed = ver_rl.verify(batch)                   # Gv sampled verifications of each: its groups
+            vrewards, vadv = ver_rl.advantages(batch, vparsed)    # 1[verdict == truth] + w_format format, by class
+            vst = ver_rl.update(vro, vadv)                        # GRPO's update of the verifier
+            ver_metrics.append(ver_rl.metrics(batch, vro, vparsed, vrewards, vst))
+        if ver_metrics:
             timer.lap("ver_update")
 
         # -------------------------------------------------------------- log / eval / checkpoint

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cotrain import dist
-from cotrain.config import CoTrainingConfig, RunConfig, VerifierConfig
+from cotrain.config import CoTrainingConfig, GrpoConfig, RolloutConfig, RunConfig, TrainConfig, VerifierConfig
 from cotrain.errors import UserError
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, step_verdicts, verifier_score
@@ -277,18 +277,42 @@ def build_verifier(cfg: RunConfig, frozen: bool) -> Policy:
 
 
 @dataclass
-class VerifierRL:
-    """The verifier's RL step: fresh solutions of `verifier.solutions / per_prompt` training prompts from
-    the current generator, `verifier.group_size` sampled verifications of each (its GRPO group), reward
-    1[final verdict == label] + w_format * format (+ w_catch for a caught error with
-    `cotraining.adversarial`), advantages reweighted by class (1/sqrt of the EMA count of each label, mean 1).
-    Its phases are timed as time/ver_solutions, time/ver_verify and time/ver_policy.
+class VerifierBatch:
+    """The solutions one verifier step trains on: their problems, texts and labels (those labelled), the
+    share of the drawn solutions labelled, and their ground truth where the labels are not it (metrics)."""
 
+    problems: list
+    solutions: list[str]
+    labels: list[bool]
+    labelled: float
+    truth: list[bool]
+
+
+@dataclass
+class VerifierRL:
+    """The verifier's RL step, in four phases a recipe's loop calls in order (`step` calls them all):
+
+      sample      fresh solutions of `verifier.solutions / per_prompt` training prompts from the current
+                  generator, labelled by `labels` (those left unlabelled are dropped)
+      verify      `verifier.group_size` sampled verifications of each (its GRPO group)
+      advantages  reward 1[final verdict == label] + w_format * format (+ w_catch for a caught error with
+                  `cotraining.adversarial`), group advantages reweighted by class (1/sqrt of the EMA
+                  count of each label, mean 1)
+      update      GRPO's update of the verifier, its schedule stepped
+
+    then `metrics`. The phases are timed as time/ver_solutions, time/ver_verify and time/ver_policy.
     `labels` gives the labels; with `truth` (a label-free run) the ground truth is read for the `gt/`
-    metrics alone. `state()` is what a checkpoint keeps for resume.
+    metrics alone. `state()` is what a checkpoint keeps for resume. The settings are the run's sections:
+    `g` the generator's (its sampling; its clip and loss type for the verifier too), `v` the verifier's,
+    `tg` co-training's, `train` (clip norm, bf16, micro-batches), `rollout` (the solutions' decoding).
     """
 
-    cfg: RunConfig
+    seed: int
+    g: GrpoConfig
+    v: VerifierConfig
+    tg: CoTrainingConfig
+    train: TrainConfig
+    rollout: RolloutConfig
     pool: list
     generator: tuple        # (model, tokenizer): writes the solutions
     verifier: Policy        # trained by this step
@@ -299,81 +323,104 @@ class VerifierRL:
     ema: tuple | None = None
     step_count: int = 0
     vg: object = field(init=False)
+    times: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self):
-        g, v = self.cfg.grpo, self.cfg.verifier
         # its own group size, length and temperature; the generator's clip and loss type
-        self.vg = g.model_copy(update={"group_size": v.group_size, "max_new_tokens": v.max_new_tokens,
-                                       "temperature": v.temperature, "beta": 0.0, "num_iterations": 1,
-                                       "num_minibatches": 1})
+        self.vg = self.g.model_copy(update={"group_size": self.v.group_size, "max_new_tokens": self.v.max_new_tokens,
+                                            "temperature": self.v.temperature, "beta": 0.0, "num_iterations": 1,
+                                            "num_minibatches": 1})
 
     def state(self) -> dict:
         return {"class_ema": self.ema, "ver_step": self.step_count}
 
-    def step(self) -> dict[str, float]:
-        cfg, g, v, tg = self.cfg, self.cfg.grpo, self.cfg.verifier, self.cfg.cotraining
-        (model, tokenizer), vp = self.generator, self.verifier
-        verifier, vtok, vopt, vsched = vp.model, vp.tokenizer, vp.optimizer, vp.scheduler
+    def sample(self) -> VerifierBatch:
+        """Phase 1: the step's solutions from the current generator, labelled (counts the step)."""
+        g, v, (model, tokenizer) = self.g, self.v, self.generator
         self.step_count += 1
         t0 = time.perf_counter()
-        # -------------------------------------------------------------- solutions from the current generator
         prompt_problems = sample_batch(self.pool, max(1, v.solutions // self.per_prompt),
-                                       derive_seed(cfg.seed, "verifier"), self.step_count)
+                                       derive_seed(self.seed, "verifier"), self.step_count)
         sro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in prompt_problems]),
                        group_size=self.per_prompt, max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id,
                        pad_id=tokenizer.pad_token_id, temperature=g.temperature, top_p=g.top_p,
-                       seed=derive_seed(cfg.seed, "verifier-rollout", self.step_count), bf16=cfg.train.bf16,
-                       draft_tokens=cfg.rollout.draft_tokens, compiled=cfg.rollout.compile)
+                       seed=derive_seed(self.seed, "verifier-rollout", self.step_count), bf16=self.train.bf16,
+                       draft_tokens=self.rollout.draft_tokens, compiled=self.rollout.compile)
         self.compute.add("gen", forward=rollout_tokens(sro)[0])  # these samples train no one: not "generated"
         solutions = decode_completions(tokenizer, sro.completion_ids, sro.completion_mask)
         problems = [p for p in prompt_problems for _ in range(self.per_prompt)]
         labels = self.labels(solutions, problems, self.per_prompt)
         keep = [i for i, lab in enumerate(labels) if lab is not None]
-        labelled = len(keep) / len(labels)
-        if not keep:
-            return {"ver/labelled": 0.0}
         solutions, problems = [solutions[i] for i in keep], [problems[i] for i in keep]
-        truth = self.truth(solutions, problems) if self.truth else []  # ground truth: metrics only
-        correct = [labels[i] for i in keep]
-        t1 = time.perf_counter()
+        truth = self.truth(solutions, problems) if self.truth and keep else []  # ground truth: metrics only
+        self.times = {"solutions": time.perf_counter() - t0}
+        return VerifierBatch(problems, solutions, [labels[i] for i in keep], len(keep) / len(labels), truth)
 
-        # -------------------------------------------------------------- verifications, reward, advantage
-        vro, _, parsed = verify(verifier, vtok, [p.question for p in problems], solutions, group_size=v.group_size,
-                                temperature=v.temperature, max_new_tokens=v.max_new_tokens,
-                                seed=derive_seed(cfg.seed, "verifier-verify", self.step_count), bf16=cfg.train.bf16,
+    def verify(self, batch: VerifierBatch) -> tuple[Rollout, list[Verification]]:
+        """Phase 2: `verifier.group_size` sampled verifications of each solution (groups contiguous)."""
+        v, vp, t0 = self.v, self.verifier, time.perf_counter()
+        vro, _, parsed = verify(vp.model, vp.tokenizer, [p.question for p in batch.problems], batch.solutions,
+                                group_size=v.group_size, temperature=v.temperature, max_new_tokens=v.max_new_tokens,
+                                seed=derive_seed(self.seed, "verifier-verify", self.step_count), bf16=self.train.bf16,
                                 draft_tokens=v.draft_tokens, compiled=v.compile)
-        forward, generated = rollout_tokens(vro)
-        labels = [c for c in correct for _ in range(v.group_size)]                       # [S*Gv]
+        self.times["verify"] = time.perf_counter() - t0
+        return vro, parsed
+
+    def advantages(self, batch: VerifierBatch, parsed: list[Verification]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Phase 3: (rewards [S*Gv], advantages [S*Gv]) of the verifications; the class EMA moves."""
+        v, t0 = self.v, time.perf_counter()
+        labels = [c for c in batch.labels for _ in range(v.group_size)]                 # [S*Gv]
         rewards = verifier_rewards([x.final for x in parsed], labels, [x.format for x in parsed], v.w_format,
-                                   tg.adversarial, tg.w_catch)                            # [S*Gv]
+                                   self.tg.adversarial, self.tg.w_catch)                 # [S*Gv]
         advantages = group_advantages(rewards, v.group_size, self.vg.scale_rewards)        # [S*Gv]
         if v.reweight:
-            weights, self.ema = class_weights(correct, self.ema, v.class_decay)           # [S]
+            weights, self.ema = class_weights(batch.labels, self.ema, v.class_decay)     # [S]
             advantages = advantages * weights.repeat_interleave(v.group_size)
+        self.times["verify"] += time.perf_counter() - t0
+        return rewards, advantages
 
-        t2 = time.perf_counter()
-
-        # -------------------------------------------------------------- update
-        st = policy_update(verifier, vopt, vro, advantages, vro.completion_mask, self.vg,
-                           max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
-                           micro_batch_size=cfg.train.micro_batch_size)
-        vsched.step()
+    def update(self, vro: Rollout, advantages: torch.Tensor) -> dict[str, float]:
+        """Phase 4: the verifier's GRPO update on its verifications; its schedule stepped."""
+        vp, t0 = self.verifier, time.perf_counter()
+        st = policy_update(vp.model, vp.optimizer, vro, advantages, vro.completion_mask, self.vg,
+                           max_grad_norm=self.train.max_grad_norm, bf16=self.train.bf16,
+                           micro_batch_size=self.train.micro_batch_size)
+        vp.scheduler.step()
+        forward, generated = rollout_tokens(vro)
         self.compute.add("ver", forward=forward, generated=generated,
                          trained=st["tokens_trained"] + st["prompt_tokens_trained"])
+        self.times["policy"] = time.perf_counter() - t0
+        return st
 
-        # -------------------------------------------------------------- metrics
-        times = {"time/ver_solutions": t1 - t0, "time/ver_verify": t2 - t1, "time/ver_policy": time.perf_counter() - t2}
-        m = verdict_metrics([x.final for x in parsed], labels)
+    def metrics(self, batch: VerifierBatch, vro: Rollout, parsed: list[Verification], rewards: torch.Tensor,
+                st: dict) -> dict[str, float]:
+        """The step's `ver/*` metrics (and `gt/*` with `truth`), its phases' times."""
+        v, finals = self.v, [x.final for x in parsed]
+        labels = [c for c in batch.labels for _ in range(v.group_size)]
+        times = {"time/ver_solutions": self.times["solutions"], "time/ver_verify": self.times["verify"],
+                 "time/ver_policy": self.times["policy"]}
+        m = verdict_metrics(finals, labels)
         monitors = {}
         if self.truth:  # ground truth: metrics only
-            gt = verdict_metrics([x.final for x in parsed], [c for c in truth for _ in range(v.group_size)])
-            monitors = {"ver/labelled": labelled, "gt/ver_acc": gt["accuracy"],
+            gt = verdict_metrics(finals, [c for c in batch.truth for _ in range(v.group_size)])
+            monitors = {"ver/labelled": batch.labelled, "gt/ver_acc": gt["accuracy"],
                         "gt/ver_balanced_acc": gt["balanced_accuracy"],
-                        "gt/ver_pseudo_label_acc": sum(a == b for a, b in zip(correct, truth)) / len(keep)}
+                        "gt/ver_pseudo_label_acc": sum(a == b for a, b in zip(batch.labels, batch.truth))
+                        / len(batch.labels)}
         return {**monitors, **times, **reward_metrics("ver", rewards, v.group_size), "ver/acc": m["accuracy"],
                 "ver/balanced_acc": m["balanced_accuracy"], "ver/format": sum(x.format for x in parsed) / len(parsed),
                 "ver/approve_rate": m["approve_rate"], "ver/base_rate": m["base_rate"], **rollout_metrics("ver", vro),
-                "ver/lr": vsched.get_last_lr()[0], **{f"ver/{k}": x for k, x in st.items() if "tokens" not in k}}
+                "ver/lr": self.verifier.scheduler.get_last_lr()[0],
+                **{f"ver/{k}": x for k, x in st.items() if "tokens" not in k}}
+
+    def step(self) -> dict[str, float]:
+        """One whole step: sample, verify, advantages, update; its metrics."""
+        batch = self.sample()
+        if not batch.solutions:
+            return {"ver/labelled": 0.0}
+        vro, parsed = self.verify(batch)
+        rewards, advantages = self.advantages(batch, parsed)
+        return self.metrics(batch, vro, parsed, rewards, self.update(vro, advantages))
 
 
 # ---------------------------------------------------------------------- warm-up (step 0)
