@@ -105,9 +105,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         """Ground-truth correctness, for the metrics alone."""
         return dist.map_shards(lambda tp: task.grade(tp[0], truth[tp[1].question]) >= 1, list(zip(texts, problems)))
 
-    ver_rl = VerifierRL(cfg.seed, g, v, tg, cfg.train, cfg.rollout, pool, (model, tokenizer), roles["verifier"],
-                        compute, labels=pseudo,
-                        truth=truth_of, per_prompt=g.group_size, ema=session.state.get("class_ema"),
+    ver_rl = VerifierRL(cfg.seed, g, v, tg, cfg.train, cfg.rollout, pool, (model, tokenizer), roles["verifier"], compute,
+                        labels=pseudo, truth=truth_of, per_prompt=g.group_size, ema=session.state.get("class_ema"),
                         step_count=session.state.get("ver_step", 0))
     n_prompts = cfg.train.batch_size // g.group_size
     heldout = injected_heldout(task, cfg.eval.splits[0], tg.eval_n)  # eval/verifier/* metrics on it:

@@ -137,8 +137,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     require_process_labels(task, v.source, cfg.task.name)
     model, tokenizer = initial_model(cfg)
     model.train()  # on its model config's device: initial_model placed it
-    # The generator's frozen reference is its start (with LoRA: its base, adapters off); none when beta == 0.
-    ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None
+    ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None  # its start (LoRA: its base); none at β 0
     pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched, reference=ref_model)}
@@ -152,13 +151,11 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     grade = partial(graded, task)
     if not oracle:
         ver_rl = VerifierRL(cfg.seed, g, v, tg, cfg.train, cfg.rollout, pool, (model, tokenizer), roles["verifier"],
-                            compute, labels=grade, ema=session.state.get("class_ema"),
-                            step_count=session.state.get("ver_step", 0))
+                            compute, labels=grade, ema=session.state.get("class_ema"), step_count=session.state.get("ver_step", 0))
         heldout = injected_heldout(task, cfg.eval.splits[0], tg.eval_n)  # eval/verifier/* metrics on it:
         eval_verifier = partial(eval_verifier_during, verifier, vtok, task, heldout, v, cfg.eval.batch_size, cfg.train.bf16)
     # alpha: auto: the verdict counts of the last 5 steps and the reliability they gave (kept on resume)
     window, trust = [tuple(c) for c in session.state.get("alpha_window", [])], session.state.get("alpha_trust", 0.0)
-
     # ------------------------------------------------------------------ warm-up (step 0)
     if not warmed:
         warm_up(session, roles, task, pool, ver_rl, eval_verifier)
@@ -225,16 +222,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **(progress_monitors(progress, outcome_adv, g.group_size) if rollouts else
                verdict_monitors(task, problems, texts, parsed, complete, correct, g.group_size, judged)),
             **rollout_metrics("gen", ro),
-            "gen/lr": sched.get_last_lr()[0],
-            "gen/alpha": alpha,
+            "gen/lr": sched.get_last_lr()[0], "gen/alpha": alpha,
             **({"gen/alpha_trust": trust, "gen/alpha_trust_ba": trust_ba} if tg.alpha_schedule == "auto" else {}),
             "gen/process_usable": sum(r is not None for r in s_rewards) / len(s_rewards),
             "gen/adv_process_abs": masked_mean(process_adv.abs(), ro.completion_mask).item(),
             **{f"gen/{k}": x for k, x in st.items() if "tokens" not in k},
-            "cotrain/distinct_verified": distinct,
-            "tokens/gen_generated": generated, "tokens/gen_trained": st["tokens_trained"],
-            **mean_metrics(ver_metrics),
-            **compute.metrics(),
+            "cotrain/distinct_verified": distinct, "tokens/gen_generated": generated, "tokens/gen_trained": st["tokens_trained"],
+            **mean_metrics(ver_metrics), **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(session, model, tokenizer, task))
