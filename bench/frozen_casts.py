@@ -43,7 +43,7 @@ def main() -> None:
     cfg = load_config(ROOT / "configs/real/smollm2_sparse.yaml", [
         "recipe=tango", "verifier.model.path=smollm2", "verifier.model.lora_r=32", "verifier.model.lora_alpha=64",
         f"verifier.model.lora_init={ADAPTER}", "verifier.warmup_sft_steps=0"])
-    verifier, tokenizer = initial_verifier(cfg)
+    verifier, tokenizer = initial_verifier(cfg.verifier, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     with gzip.open(SAMPLES, "rt") as f:
         records = [json.loads(line) for line in f][:args.samples]
     questions, samples = [r["problem"] for r in records], [r["sample"] for r in records]

@@ -39,7 +39,7 @@ raw = {"recipe": "grpo", "model": {"preset": "base"}, "task": {"name": "arith", 
 cfg = build_config(raw, sys.argv[2:])
 if sys.argv[1] == "build":
     from cotrain.train.setup import initial_model
-    model, _ = initial_model(cfg)
+    model, _ = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     n = sum(p.numel() for p in model.parameters())
 else:
     from cotrain.recipes import grpo

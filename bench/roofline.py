@@ -144,7 +144,7 @@ def main() -> int:
           flush=True)
 
     torch.manual_seed(cfg.seed)
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     shape = Shape(model)
     shapes = linear_shapes(model)
     rates = {(dt, m): gemm_rate(shapes, m, dt, repeats) for dt in (torch.float32, torch.bfloat16)

@@ -76,13 +76,14 @@ def test_log_step_writes_the_alarm_once_prints_it_and_a_resume_does_not_raise_it
 
     cfg = build_config({"recipe": "tango", "train": {"steps": 4}, "alarms": {"window": 1, "hack_gap": 0.1},
                         "log": {"progress": False, "tensorboard": False}})
-    session = Session(cfg, tmp_path, MetricsLogger(tmp_path, tensorboard=False), Progress(4, enabled=False), 0)
+    session = Session(cfg.run_settings(), tmp_path, MetricsLogger(tmp_path, tensorboard=False), Progress(4, enabled=False), 0)
     for step, gap in ((1, 0.0), (2, 0.5), (3, 0.6)):
         log_step(session, step, {"cotrain/hack_gap": gap}, {})
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("alarm/reward_hacking") for r in rows] == [None, 1.0, None]
     assert capsys.readouterr().err.count("alarm at step 2: reward hacking") == 1
-    resumed = Session(cfg, tmp_path, MetricsLogger(tmp_path, tensorboard=False, resume_step=3), Progress(4, enabled=False), 3,
+    resumed = Session(cfg.run_settings(), tmp_path, MetricsLogger(tmp_path, tensorboard=False, resume_step=3),
+                      Progress(4, enabled=False), 3,
                       history=_alarm_history(tmp_path / "metrics.jsonl"))
     log_step(resumed, 4, {"cotrain/hack_gap": 0.7}, {})
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
@@ -119,7 +120,7 @@ def test_the_progress_line_shows_the_recipe_s_figures_and_the_latest_test_pass1_
     cfg = build_config({"recipe": "tango", "train": {"steps": 1000}, "log": {"progress": True, "tensorboard": False}})
     progress = Progress(1000, enabled=True, desc="tango")
     progress.tty = False
-    session = Session(cfg, tmp_path, MetricsLogger(tmp_path, tensorboard=False), progress, 0)
+    session = Session(cfg.run_settings(), tmp_path, MetricsLogger(tmp_path, tensorboard=False), progress, 0)
     evals = {f"eval/{split}/{m}": 0.123456 for split in ("test", "ood") for m in
              ("pass@1", "pass@1_ci95_lo", "pass@1_ci95_hi", "pass@8", "maj@8", "pass@1_sampled", "mean_len")}
     log_step(session, 100, {"gen/reward": 0.0625, **evals}, {"reward": 0.0625, "agree": 0.75})

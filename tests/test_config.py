@@ -1,4 +1,6 @@
 """Config loading, overrides and validation messages."""
+from pathlib import Path
+
 import pytest
 
 from cotrain.config import apply_overrides, build_config, load_config
@@ -91,6 +93,28 @@ def test_the_cotraining_section_reads_its_old_name_tango():
         build_config({}, ["tango.alpa=0.3"])
     assert describe_keys("tango") == describe_keys("cotraining") and "cotraining.credit = 'to_go'" in describe_keys("tango")
 
+
+DESCRIPTION_LIMIT = 150  # characters: a key's description in `cotrain keys` is one sentence
+
+
+def test_every_key_is_described_in_one_sentence_and_the_longer_ones_in_the_reference():
+    """Each config key's description is one short sentence; a key that needs more has its paragraph under
+    docs/reference.md's "Keys in detail", and every key named there exists."""
+    import re
+
+    from cotrain import config as c
+
+    described = {}
+    for section, field in c.RunConfig.model_fields.items():
+        model = field.annotation if isinstance(field.annotation, type) and issubclass(field.annotation, c.BaseModel) else None
+        for name, f in (model.model_fields.items() if model else [(section, field)]):
+            described[f"{section}.{name}" if model else section] = f.description or ""
+    long = {k: len(d) for k, d in described.items() if len(d) > DESCRIPTION_LIMIT}
+    assert not long, f"descriptions over {DESCRIPTION_LIMIT} characters (move the detail to docs/reference.md): {long}"
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text(encoding="utf-8")
+    detail = reference.split("### Keys in detail", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"^- `([a-z_]+\.[a-z_]+)`:", detail, flags=re.M)
+    assert named and not set(named) - set(described), set(named) - set(described)
 
 def _commands(text: str):
     """(config, overrides) of each `cotrain run|check CONFIG KEY=VALUE... [--flags]` in a COMMAND file."""

@@ -197,7 +197,8 @@ def test_warmup_mix_of_injected_clean_and_sampled_examples():
     task = CountdownTask()
     pool = task.problems("train", 100, seed=0)
     model, tokenizer = build_model(cfg.model, seed=0)
-    pairs = warmup_examples(cfg, task, pool, model, tokenizer, Compute({"gen": 1, "ver": 1}))
+    pairs = warmup_examples(cfg.verifier, task, pool, model, tokenizer, Compute({"gen": 1, "ver": 1}), seed=cfg.seed,
+                            bf16=False, progress=False, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.grpo.max_new_tokens)
     assert len(pairs) == 40
     assert all(error_kind(p.question, s) is not None for p, s in pairs[:10])       # injected
     assert all(s == p.solution for p, s in pairs[10:20])                            # clean

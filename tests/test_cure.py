@@ -267,19 +267,22 @@ def test_cure_two_models_keep_each_role_on_its_own_model(tmp_path):
     from cotrain.train.setup import initial_model, initial_verifier
 
     raw = cure_config(train={"steps": 0}, checkpoint={"every": 0})
-    start = initial_model(build_config(raw))[0].state_dict()
+    one = build_config(raw)
+    start = initial_model(one.model, one.init, one.seed, False)[0].state_dict()
     run_recipe(build_config(raw), tmp_path / "shared")
     assert not _same(_weights(tmp_path / "shared" / "final" / "generator"), start), "the warm-up changed nothing"
 
     two = build_config(cure_config(train={"steps": 0}, cure={"two_models": True}, checkpoint={"every": 0}))
     run_recipe(two, tmp_path / "two")
     assert _same(_weights(tmp_path / "two" / "final" / "generator"), start)
-    assert not _same(_weights(tmp_path / "two" / "final" / "tester"), initial_verifier(two)[0].state_dict())
+    assert not _same(_weights(tmp_path / "two" / "final" / "tester"),
+                     initial_verifier(two.verifier, two.model, two.init, two.seed, False)[0].state_dict())
 
     frozen = build_config(cure_config(train={"steps": 2}, checkpoint={"every": 1, "keep_last": 1},
                                       cure={"two_models": True, "train_tester": False, "tester_warmup_steps": 0}))
     run_recipe(frozen, tmp_path / "frozen")
-    assert _same(_weights(tmp_path / "frozen" / "final" / "tester"), initial_verifier(frozen)[0].state_dict())
+    assert _same(_weights(tmp_path / "frozen" / "final" / "tester"),
+                 initial_verifier(frozen.verifier, frozen.model, frozen.init, frozen.seed, False)[0].state_dict())
     assert (tmp_path / "frozen" / "checkpoints" / "step_2" / "tester").is_dir()
     rows = [r for r in _rows(tmp_path / "frozen") if "gen/reward" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["test/reward"]) for r in rows)

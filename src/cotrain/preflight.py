@@ -451,7 +451,7 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
     for path in (cfg.init, cfg.verifier.init, cfg.selfplay.proposer_init):
         if path:
             resolve_model_dir(path)
-    model, tok = initial_model(cfg)
+    model, tok = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     roles = {"generator": (model, tok, _source(cfg.init, cfg.model))}
     v = cfg.verifier
     verifier_source = (_source(None, v.model) + " (verifier.model)" if v.model is not None
@@ -462,7 +462,7 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
     if own:
         roles.update(own(cfg, generator=roles["generator"][2], verifier=verifier_source))
     if "verifier" in RECIPES[cfg.recipe].roles and v.source == "model":  # an oracle builds no verifier
-        roles["verifier"] = (*initial_verifier(cfg), verifier_source)
+        roles["verifier"] = (*initial_verifier(cfg.verifier, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp), verifier_source)
     elif "judge" in RECIPES[cfg.recipe].roles and not cfg.selfplay.shared_model:
         sp = cfg.selfplay
         if sp.proposer_init:
@@ -470,8 +470,9 @@ def build_roles(cfg: RunConfig) -> dict[str, tuple]:
             roles["proposer"] = (prepare_for_training(proposer, cfg.model, device()), ptok,
                                  f"{sp.proposer_init} (selfplay.proposer_init)")
         else:
-            roles["proposer"] = (*initial_model(cfg), roles["generator"][2] + ", a second copy")
-        roles["judge"] = (*initial_verifier(cfg), verifier_source)
+            roles["proposer"] = (*initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp),
+                                 roles["generator"][2] + ", a second copy")
+        roles["judge"] = (*initial_verifier(cfg.verifier, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp), verifier_source)
     return roles
 
 

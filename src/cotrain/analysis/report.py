@@ -142,11 +142,11 @@ def _provenance_table(run_dir: Path) -> str:
 
 def _config_diff(run_dir: Path) -> str:
     """The dotted keys of config.yaml whose values differ from `RunConfig`'s defaults for its recipe."""
-    from cotrain.config import RunConfig
+    from cotrain.config import build_config
 
     try:
         raw = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8", errors="replace"))
-        defaults = RunConfig(**{k: raw[k] for k in ("recipe",) if k in raw}).model_dump(mode="json")  # its recipe's
+        defaults = build_config({k: raw[k] for k in ("recipe",) if k in raw}).to_dict()  # its recipe's
     except Exception as err:  # noqa: BLE001 (an unreadable config is shown as such, the page still builds)
         return f"<p>config.yaml could not be read: {_e(str(err))}</p>"
     ours, base = _flatten(raw), _flatten(defaults)

@@ -1,5 +1,5 @@
 """Evaluation during training: the periodic greedy pass@1 on the first eval split of a run's session
-(its settings from `RunConfig.eval_settings`), and the fixed held-out set of solutions with injected
+(its settings from `RunSettings.eval_settings`), and the fixed held-out set of solutions with injected
 errors a co-trained verifier is scored on."""
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from cotrain.tasks.base import Task
 def eval_during_training(session, model, tokenizer, task: Task) -> dict[str, float]:
     """Greedy pass@1 on the first eval split (`eval.n_during` problems) of the session's run, as
     `eval/<split>/pass@1`."""
-    cfg = session.cfg
-    split = cfg.eval.splits[0]
-    m = evaluate_split(model, tokenizer, task, split, n=cfg.eval.n_during, **{**cfg.eval_settings(), "k": 0})
+    s = session.settings
+    split = s.eval.splits[0]
+    m = evaluate_split(model, tokenizer, task, split, n=s.eval.n_during, **{**s.eval_settings(), "k": 0})
     return {f"eval/{split}/pass@1": m["pass@1"]}
 
 
 def eval_at_start(session, model, tokenizer, task: Task) -> None:
     """With `eval.at_start`, the greedy pass@1 of `eval_during_training` before a fresh run's first step,
     logged at step 0: every curve then starts at the start. Leaves the model in train mode."""
-    if session.cfg.eval.at_start and session.start_step == 0:
+    if session.settings.eval.at_start and session.start_step == 0:
         session.logger.log(0, eval_during_training(session, model, tokenizer, task))
         model.train()
 

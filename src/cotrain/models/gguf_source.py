@@ -87,11 +87,10 @@ def require(path: str | Path) -> Path:
     return file
 
 
-def require_sources(cfg) -> None:
-    """`require` for every GGUF source a run config names (model.path, init, verifier.model.path,
-    verifier.init, selfplay.proposer_init): one UserError line before anything is built."""
-    verifier_path = cfg.verifier.model.path if cfg.verifier.model is not None else None
-    for path in (cfg.model.path, cfg.init, verifier_path, cfg.verifier.init, cfg.selfplay.proposer_init):
+def require_sources(paths: list[str | None]) -> None:
+    """`require` for every GGUF source among the model paths a run names (model.path, init,
+    verifier.model.path, verifier.init, selfplay.proposer_init): one UserError line before anything is built."""
+    for path in paths:
         if is_gguf_source(path):
             require(path)
 

@@ -64,6 +64,7 @@ from cotrain.train.setup import (
 from cotrain.train.update import generator_update
 from cotrain.train.verifier import (
     VerifierRL,
+    build_verifier,
     cotrain_monitors,
     final_verifier_results,
     mean_metrics,
@@ -79,22 +80,19 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    model, tokenizer = initial_model(cfg)
-    verifier, vtok = initial_verifier(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
+    verifier, vtok = initial_verifier(cfg.verifier, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()  # each on its model config's device: initial_model and initial_verifier placed them
-    verifier.train()
     # The generator's frozen start (with LoRA: its base, adapters off): the KL's reference, the safeguard's.
     ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 or cfg.safeguard.measures_kl else None
     labelled_pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     pool = blind(labelled_pool)
     truth = {p.question: p for p in labelled_pool}  # ground truth of the training problems, for gt/* metrics only
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
-    vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
-                                  max(ver_rl_steps, 1))
-    roles = {"generator": Policy(model, tokenizer, opt, sched), "verifier": Policy(verifier, vtok, vopt, vsched)}
+    roles = {"generator": Policy(model, tokenizer, opt, sched),
+             "verifier": build_verifier((verifier, vtok), v, tg, cfg.train, frozen)}
     warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
-    session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc=cfg.recipe)
     compute = Compute({"gen": model.num_parameters(), "ver": verifier.num_parameters()}, session.state.get("compute"))
 
     def pseudo(texts: list[str], problems: list, group_size: int) -> list[bool | None]:
@@ -111,13 +109,14 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     n_prompts = cfg.train.batch_size // g.group_size
     heldout = injected_heldout(task, cfg.eval.splits[0], tg.eval_n)  # eval/verifier/* metrics on it:
     eval_verifier = partial(eval_verifier_during, verifier, vtok, task, heldout, v, cfg.eval.batch_size, cfg.train.bf16)
-    safeguard = Safeguard(cfg, [p.question for p in pool], (model, tokenizer), ref_model,
-                          verifier_judge(cfg, (verifier, vtok), compute), compute, session.state.get("safeguard"))
+    safeguard = Safeguard(cfg.safeguard, cfg.train, cfg.seed, g.max_new_tokens, [p.question for p in pool], (model, tokenizer),
+                          ref_model, verifier_judge(v, cfg.train, cfg.seed, (verifier, vtok), compute), compute,
+                          session.state.get("safeguard"))
 
     # ------------------------------------------------------------------ warm-up (step 0: RL on pseudo-labels, if any)
     if not warmed:
         warm_up(session, roles, task, pool, ver_rl, eval_verifier)
-    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    sampler = Sampler(cfg.rollout, cfg.model, cfg.init, cfg.seed, model, tokenizer, session.run_dir)
     eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
@@ -189,7 +188,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, **ver_rl.state(), **safeguard.state()})
 
     # ------------------------------------------------------------------ final evaluation
-    results = final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout, trained=not frozen)
+    results = final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout, tg.eval_n, trained=not frozen)
     results["compute"] = compute.summary()
     return finish(session, model, tokenizer, task, cfg.train.steps, other_models={"verifier": (verifier, vtok)},
                   other_results=results)

@@ -82,7 +82,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
     require_unit_tests(task)
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()
     labelled_pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     labelled_pool = labelled_pool if label_free else with_unit_tests(task, labelled_pool)
@@ -96,7 +96,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         roles["tester"] = tp
     trole = "test" if c.two_models else "gen"   # the compute account of the tester's tokens
     warmed = resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
-    session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc=cfg.recipe)
     compute = Compute({"gen": model.num_parameters(), **({"test": tester.num_parameters()} if c.two_models else {})},
                       session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
@@ -108,7 +108,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         maybe_checkpoint(session, 0, roles, force=True, extra={"compute": compute.tokens})
         session.logger.log(0, {**metrics, **compute.metrics()})
 
-    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    sampler = Sampler(cfg.rollout, cfg.model, cfg.init, cfg.seed, model, tokenizer, session.run_dir)
     eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer, restarts = StepTimer(), sandbox.RETRIES["starts"]
@@ -212,7 +212,7 @@ def with_unit_tests(task, pool: list[Problem]) -> list[Problem]:
 def tester_role(cfg: RunConfig) -> Policy:
     """`cure.two_models`: the tester's `Policy`, the model built as tango builds its verifier (`verifier.model`,
     `verifier.init`, else the run's start), AdamW at train.lr."""
-    tester, ttok = initial_verifier(cfg)
+    tester, ttok = initial_verifier(cfg.verifier, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     tester.train()
     return Policy(tester, ttok, *make_optimizer(tester, cfg.train, cfg.train.steps))
 
@@ -334,7 +334,9 @@ def cure_evaluation(cfg: RunConfig, model, tok, task, splits: list[str], tester:
 def check_models(cfg: RunConfig, generator: str, verifier: str) -> dict:
     """The models `cotrain check` builds beside the coder: the tester, where it is a model of its own
     (`cure.two_models`), built as a run builds it; `verifier` names its source."""
-    return {"tester": (*initial_verifier(cfg), verifier)} if cfg.cure.two_models else {}
+    if not cfg.cure.two_models:
+        return {}
+    return {"tester": (*initial_verifier(cfg.verifier, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp), verifier)}
 
 
 def check_extra(cfg: RunConfig, task, roles: dict, problem, codes: list[str], say) -> dict:

@@ -58,7 +58,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
     reward = training_reward(task, cfg.task.options().get("reward"))  # the task's grader, or task.reward's function
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()  # on model.device: initial_model placed it
     # The frozen reference is the starting model (with LoRA: its base, adapters off); none when beta == 0.
     ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None
@@ -67,8 +67,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     pools = [training_pool(t, cfg.seed, cfg.train.n_problems)[0] for t in levels]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched, reference=ref_model)}
-    session = open_session(cfg, run_dir, resume, roles, desc="grpo")
-    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc="grpo")
+    sampler = Sampler(cfg.rollout, cfg.model, cfg.init, cfg.seed, model, tokenizer, session.run_dir)
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
     level, recent = session.state.get("level", 0), list(session.state.get("recent_acc", []))

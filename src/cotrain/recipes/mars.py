@@ -85,20 +85,20 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    model, tokenizer = initial_model(cfg)                       # the worker (and the planner, with one model)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)  # the worker (and the planner, with one model)
     model.train()
     pool = [p for p in training_pool(task, cfg.seed, cfg.train.n_problems)[0] if p.steps or m.plan]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched)}
     planner_model, popt, psched = model, opt, sched
     if m.two_models:
-        planner_model, _ = initial_model(cfg)
+        planner_model, _ = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
         planner_model.train()
         popt, psched = make_optimizer(planner_model, cfg.train, cfg.train.steps)
         roles["planner"] = Policy(planner_model, tokenizer, popt, psched)
     prole = "plan" if m.two_models else "gen"                   # the compute account of the planner's tokens
     warmed = resume and bool(list_checkpoints(run_dir))         # a checkpoint exists only after the warm-up
-    session = open_session(cfg, run_dir, resume, roles, desc="mars")
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc="mars")
     compute = Compute({"gen": model.num_parameters(), **({"plan": planner_model.num_parameters()} if m.two_models else {})},
                       session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
@@ -381,7 +381,9 @@ def evaluate_pair(planner_model, worker_model, tokenizer, task: Task, splits: li
 def check_models(cfg: RunConfig, generator: str, verifier: str) -> dict:
     """The models `cotrain check` builds beside the worker: the planner, where it is a model of its own
     (`mars.two_models`), a second copy of the run's start as a run builds it."""
-    return {"planner": (*initial_model(cfg), generator + ", a second copy")} if cfg.mars.two_models else {}
+    if not cfg.mars.two_models:
+        return {}
+    return {"planner": (*initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp), generator + ", a second copy")}
 
 
 def check_evaluation(counts: dict[str, int]) -> dict[str, int]:

@@ -78,17 +78,17 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()
     prm_ref = reference_model(model)  # the generator's start (a copy, before a resume loads trained weights)
-    prm, _ = initial_model(cfg if p.prm_init is None else cfg.model_copy(update={"init": p.prm_init}))
+    prm, _ = initial_model(cfg.model, cfg.init if p.prm_init is None else p.prm_init, cfg.seed, cfg.train.fsdp)
     prm.train()
     pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     prm_opt, prm_sched = make_optimizer(prm, cfg.train.model_copy(update={"lr": p.lr}), cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched), "prm": Policy(prm, tokenizer, prm_opt, prm_sched)}
-    session = open_session(cfg, run_dir, resume, roles, desc="prime")
-    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc="prime")
+    sampler = Sampler(cfg.rollout, cfg.model, cfg.init, cfg.seed, model, tokenizer, session.run_dir)
     compute = Compute({"gen": model.num_parameters(), "prm": prm.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
     n_drawn = max(n_prompts, int(n_prompts * p.oversample)) if p.filter else n_prompts

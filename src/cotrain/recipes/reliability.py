@@ -82,7 +82,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
     # the solver's start: the weak regime's older checkpoint and DPO's reference
-    run = open_selfplay(cfg, run_dir, resume, task, "reliability", older_wanted=bool(rel.n_old or rel.solver_loss == "dpo"))
+    run = open_selfplay(cfg.selfplay, cfg.verifier, cfg.safeguard, cfg.model, cfg.init, cfg.seed, cfg.grpo.max_new_tokens,
+                        cfg.run_settings(), cfg.to_dict(), run_dir, resume, task, "reliability",
+                        older_wanted=bool(rel.n_old or rel.solver_loss == "dpo"))
     m, session, compute, buffer, safeguard = run.m, run.session, run.compute, run.buffer, run.safeguard
     older, at, truth_of = run.older, run.at, run.truth_of
     n_questions = max(1, cfg.train.batch_size // (rel.n_strong + rel.n_weak + rel.n_old + rel.n_best_of))  # B = batch / C

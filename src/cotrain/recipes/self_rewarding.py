@@ -86,9 +86,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    model, tokenizer = initial_model(cfg)                      # the generator and its own judge
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)  # the generator and its own judge
     model.train()
-    reference, _ = initial_model(cfg)                          # M_t, DPO's reference, frozen
+    reference, _ = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)      # M_t, DPO's reference, frozen
     reference.eval().requires_grad_(False)
     labelled, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     pool = blind(labelled)                                     # the training path: questions only
@@ -96,7 +96,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched)}
     warmed = resume and bool(list_checkpoints(run_dir))        # a checkpoint exists only after the warm-up
-    session = open_session(cfg, run_dir, resume, roles, desc="self_rewarding")
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc="self_rewarding")
     n_params = model.num_parameters()
     compute = Compute({"gen": n_params, "ver": n_params}, session.state.get("compute"))  # ver: its judging
     n_prompts = cfg.train.batch_size // g.group_size
@@ -105,7 +105,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
 
     # ------------------------------------------------------------------ warm-up (step 0: the judge, from labels)
     if not warmed and cfg.verifier.warmup_sft_steps:
-        metrics = warmup_verifier(cfg, task, labelled, model, tokenizer, model, tokenizer, compute, rehearse=sr.rehearse)
+        metrics = warmup_verifier(cfg.verifier, cfg.train, task, labelled, model, tokenizer, model, tokenizer, compute,
+                                  seed=cfg.seed, progress=cfg.log.progress, batch_size=cfg.eval.batch_size,
+                                  max_new_tokens=g.max_new_tokens, rehearse=sr.rehearse)
         maybe_checkpoint(session, 0, roles, force=True, extra={"compute": compute.tokens})
         session.logger.log(0, {**metrics, **compute.metrics()})
 

@@ -33,7 +33,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()  # on model.device: initial_model placed it
     n_val = cfg.eval.n_during if cfg.train.stop_at_acc else 0
     pool, val = training_pool(task, cfg.seed, cfg.train.n_problems, n_val)
@@ -42,7 +42,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         raise UserError(f"task {cfg.task.name} has no reference solutions to fine-tune on")
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched)}
-    session = open_session(cfg, run_dir, resume, roles, desc="sft")
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc="sft")
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))  # FLOPs beside the RL arms'
 
     # ------------------------------------------------------------------ loop

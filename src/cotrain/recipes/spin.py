@@ -66,14 +66,14 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()
-    opponent, _ = initial_model(cfg)
+    opponent, _ = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     opponent.eval().requires_grad_(False)
     pool = [p for p in training_pool(task, cfg.seed, cfg.train.n_problems)[0] if p.solution]
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched)}
-    session = open_session(cfg, run_dir, resume, roles, desc="spin")
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc="spin")
     if session.start_step % sp.iteration_steps:  # resumed within an iteration: its opponent as saved
         load_weights(opponent, iterate_dir(session.run_dir, OPPONENT, session.start_step // sp.iteration_steps))
     compute = Compute({"gen": model.num_parameters()}, session.state.get("compute"))

@@ -95,6 +95,7 @@ from cotrain.train.setup import (
     build_task,
     derive_seed,
     initial_model,
+    initial_verifier,
     make_optimizer,
     sample_batch,
     training_pool,
@@ -135,17 +136,17 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
     require_process_labels(task, v.source, cfg.task.name)
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()  # on its model config's device: initial_model placed it
     ref_model = reference_model(model, bf16=cfg.train.bf16) if g.beta > 0 else None  # its start (LoRA: its base); none at β 0
     pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
     opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched, reference=ref_model)}
     if not oracle:  # the verifier, on its model config's device, with its optimizer over its RL steps
-        roles["verifier"] = build_verifier(cfg, frozen)
-        verifier, vtok = roles["verifier"].model, roles["verifier"].tokenizer
+        verifier, vtok = built = initial_verifier(v, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
+        roles["verifier"] = build_verifier(built, v, tg, cfg.train, frozen)
     warmed = oracle or resume and bool(list_checkpoints(run_dir))  # a checkpoint exists only after the warm-up
-    session = open_session(cfg, run_dir, resume, roles, desc=cfg.recipe)
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc=cfg.recipe)
     n_params = {"gen": model.num_parameters(), "ver": 0 if oracle else verifier.num_parameters()}
     compute = Compute(n_params | ({"progress": n_params["gen"]} if rollouts else {}), session.state.get("compute"))
     grade = partial(graded, task)
@@ -160,7 +161,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     if not warmed:
         warm_up(session, roles, task, pool, ver_rl, eval_verifier)
 
-    sampler = Sampler(cfg, model, tokenizer, session.run_dir)
+    sampler = Sampler(cfg.rollout, cfg.model, cfg.init, cfg.seed, model, tokenizer, session.run_dir)
     eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
@@ -241,8 +242,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                                                            "alpha_trust": trust, **({} if oracle else ver_rl.state())})
 
     # ------------------------------------------------------------------ final evaluation
-    results = (oracle_results(cfg, task, (model, tokenizer)) if oracle and hasattr(task, "step_labels") else {} if oracle else
-               final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout, trained=not frozen))
+    results = (oracle_results(session.settings, v, cfg.seed, task, (model, tokenizer)) if oracle else
+               final_verifier_results(session, task, (model, tokenizer), (verifier, vtok), heldout, tg.eval_n, trained=not frozen))
     results["compute"] = compute.summary()
     return finish(session, model, tokenizer, task, cfg.train.steps, other_results=results,
                   other_models=None if oracle else {"verifier": (verifier, vtok)})

@@ -80,7 +80,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    run = open_selfplay(cfg, run_dir, resume, task, "triad", older_wanted=g.beta > 0)  # older: the KL's reference
+    run = open_selfplay(cfg.selfplay, cfg.verifier, cfg.safeguard, cfg.model, cfg.init, cfg.seed, g.max_new_tokens,
+                        cfg.run_settings(), cfg.to_dict(), run_dir, resume, task, "triad",
+                        older_wanted=g.beta > 0)  # older: the KL's reference
     m, session, compute, buffer, safeguard = run.m, run.session, run.compute, run.buffer, run.safeguard
     older, at, truth_of = run.older, run.at, run.truth_of
     n_questions = max(1, cfg.train.batch_size // G)

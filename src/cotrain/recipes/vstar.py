@@ -76,9 +76,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     # ------------------------------------------------------------------ build
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
-    model, tokenizer = initial_model(cfg)
+    model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
     model.train()
-    verifier, vtok = initial_verifier(cfg)                     # V-STaR: started from the SFT model
+    verifier, vtok = initial_verifier(cfg.verifier, cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)  # V-STaR: from the SFT model
     verifier.train()
     ver_ref = reference_model(verifier)                        # DPO's reference: the verifier's start, frozen
     pool, _ = training_pool(task, cfg.seed, cfg.train.n_problems)
@@ -86,7 +86,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     vtrain = cfg.train.model_copy(update={"lr": vs.verifier_lr}) if vs.verifier_lr else cfg.train
     vopt, vsched = make_optimizer(verifier, vtrain, cfg.train.steps)
     roles = {"generator": Policy(model, tokenizer, opt, sched), "verifier": Policy(verifier, vtok, vopt, vsched)}
-    session = open_session(cfg, run_dir, resume, roles, desc="vstar")
+    session = open_session(cfg.run_settings(), cfg.to_dict(), run_dir, resume, roles, desc="vstar")
     compute = Compute({"gen": model.num_parameters(), "ver": verifier.num_parameters()}, session.state.get("compute"))
     n_prompts = cfg.train.batch_size // g.group_size
 

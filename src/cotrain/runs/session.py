@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cotrain import dist, threads
-from cotrain.config import RunConfig, TrainConfig
+from cotrain.config import RunSettings, TrainConfig
 from cotrain.eval.evaluate import evaluate_generator, sample_records, take_outcomes
 from cotrain.models.build import load_weights
 from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
-from cotrain.registry import RECIPES, STUDY
+from cotrain.registry import STUDY
 from cotrain.runs.alarms import KEYS as ALARM_KEYS
 from cotrain.runs.alarms import alarms_due
 from cotrain.runs.policy import Policy
@@ -36,10 +36,10 @@ from cotrain.tasks.base import Task
 
 @dataclass
 class Session:
-    """What a recipe's loop needs from the outside world, and the run's config (held here, so that logging,
-    checkpointing and the final evaluation read it from the session)."""
+    """What a recipe's loop needs from the outside world, and the settings logging, checkpointing and the
+    final evaluation read (`RunConfig.run_settings`)."""
 
-    cfg: RunConfig
+    settings: RunSettings
     run_dir: Path
     logger: MetricsLogger
     progress: Progress
@@ -49,16 +49,19 @@ class Session:
     history: list = field(default_factory=list)  # the logged rows' alarm inputs (runs/alarms.py), oldest first
 
 
-def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict, desc: str) -> Session:
-    """Prepare the run directory; on resume, restore each role's weights, optimizer and the RNG.
+def open_session(settings: RunSettings, config: dict, run_dir: str | Path, resume: bool, roles: dict,
+                 desc: str) -> Session:
+    """Prepare the run directory, write `config` (the run's, as config.yaml keeps it) and settle the precision;
+    on resume, restore each role's weights, optimizer and the RNG.
 
     Args:
         roles: {role: Policy}; model weights are reloaded in place.
     """
     dist.on_main(prepare_run_dir, run_dir, resume=resume)
     run_dir = Path(run_dir)
-    dist.on_main(write_config, run_dir, cfg.to_dict())
-    choose_precision(cfg.train, cfg.model.dtype, [p.model for p in roles.values()], run_dir, resume)
+    dist.on_main(write_config, run_dir, config)
+    log = settings.log
+    choose_precision(settings.train, settings.dtype, [p.model for p in roles.values()], run_dir, resume)
     start, stopped, state = 0, False, {}
     ckpts = list_checkpoints(run_dir) if resume else []
     if ckpts:
@@ -67,14 +70,15 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: bool, roles: dict,
             load_weights(p.model, ckpt / role)
         state = load_checkpoint_state(ckpt, roles)
         start, stopped = state["step"], state.get("stopped", False)
-    tracker = open_tracker(run_dir, cfg.model_dump(mode="json"), enabled=cfg.log.wandb and dist.is_main(),
-                           project=cfg.log.wandb_project, mode=cfg.log.wandb_mode, resume=resume)
-    logger = (MetricsLogger(run_dir, cfg.log.tensorboard, resume_step=start if resume else None, tracker=tracker)
+    tracked = {**config, "train": {**config["train"], "bf16": settings.train.bf16}}  # the precision as settled
+    tracker = open_tracker(run_dir, tracked, enabled=log.wandb and dist.is_main(), project=log.wandb_project,
+                           mode=log.wandb_mode, resume=resume)
+    logger = (MetricsLogger(run_dir, log.tensorboard, resume_step=start if resume else None, tracker=tracker)
               if dist.is_main() else NullLogger())
-    progress = Progress(cfg.train.steps, start=start, enabled=cfg.log.progress and dist.is_main(), desc=desc)
+    progress = Progress(settings.train.steps, start=start, enabled=log.progress and dist.is_main(), desc=desc)
     dist.on_main(record_data_files, run_dir)
     history = _alarm_history(run_dir / "metrics.jsonl") if resume and dist.is_main() else []
-    return Session(cfg, run_dir, logger, progress, start, stopped, state, history)
+    return Session(settings, run_dir, logger, progress, start, stopped, state, history)
 
 
 def _alarm_history(path: Path) -> list[dict]:
@@ -120,11 +124,11 @@ def choose_precision(t: TrainConfig, dtype: str, models: list, run_dir: Path, re
 def log_step(session: Session, step: int, metrics: dict, shown: dict, force: bool = False) -> None:
     """Write the step's metrics when due (every `log.every` steps, the last step, or `force`) and show
     `shown` and the latest greedy pass@1 (the test split's, else the first split's) on the progress line."""
-    cfg = session.cfg
-    if force or step % cfg.log.every == 0 or step == cfg.train.steps:
+    s = session.settings
+    if force or step % s.log.every == 0 or step == s.train.steps:
         if dist.is_main():
             session.history.append({k: v for k, v in metrics.items() if k in ALARM_KEYS})
-            for name, message in alarms_due(session.history, cfg.alarms, RECIPES[cfg.recipe].label_free).items():
+            for name, message in alarms_due(session.history, s.alarms, s.label_free).items():
                 metrics[f"alarm/{name}"] = session.history[-1][f"alarm/{name}"] = 1.0
                 print(f"\nalarm at step {step}: {message}", file=sys.stderr, flush=True)
         session.logger.log(step, metrics)
@@ -136,10 +140,10 @@ def maybe_checkpoint(session: Session, step: int, roles: dict, stop: bool = Fals
                      extra: dict | None = None, force: bool = False) -> None:
     """Checkpoint every `checkpoint.every` steps, at the last step, when a stopping rule fires, or when
     forced; `extra` is recipe state restored on resume as `session.state`."""
-    cfg = session.cfg
-    if force or stop or step == cfg.train.steps or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
+    s = session.settings
+    if force or stop or step == s.train.steps or (s.checkpoint.every and step % s.checkpoint.every == 0):
         dist.on_main(save_checkpoint, session.run_dir, step, savable(roles), {"stopped": stop, **(extra or {})},
-                     cfg.checkpoint.keep_last)
+                     s.checkpoint.keep_last)
 
 
 class _GatheredOptimizer:
@@ -179,13 +183,13 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
         generator_results: {split: metrics} the recipe evaluated in place of the generator model's own
             (mars: its planner and worker together), written as eval.json's `generator`.
     """
-    cfg = session.cfg
+    s = session.settings
     session.progress.close()
     others = {role: (dist.plain_copy(m), tok) for role, (m, tok) in (other_models or {}).items()}
     dist.on_main(_save_final, session.run_dir, dist.plain_copy(model), tokenizer, others)
     results = {"generator": generator_results if generator_results is not None else
-               evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.n, outcomes=True,
-                                  **cfg.eval_settings())}
+               evaluate_generator(model, tokenizer, task, s.eval.splits, n=s.eval.n, outcomes=True,
+                                  **s.eval_settings())}
     outcomes = take_outcomes(results["generator"])  # each problem's greedy outcome: `outcomes.json`, not eval.json
     results.update(other_results or {})
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
@@ -203,9 +207,9 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     if dist.is_main():  # an earlier final model's larger evaluation would be read as this one's
         shutil.rmtree(session.run_dir / STUDY.larger, ignore_errors=True)
     # the same model on more problems, greedy alone, after eval.json: a kill here costs no run
-    if cfg.eval.larger_n and generator_results is None:
-        larger = evaluate_generator(model, tokenizer, task, cfg.eval.splits, n=cfg.eval.larger_n, outcomes=True,
-                                    **{**cfg.eval_settings(), "k": 0, "n_sampled": 0})
+    if s.eval.larger_n and generator_results is None:
+        larger = evaluate_generator(model, tokenizer, task, s.eval.splits, n=s.eval.larger_n, outcomes=True,
+                                    **{**s.eval_settings(), "k": 0, "n_sampled": 0})
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
     return results
@@ -218,11 +222,11 @@ def _record_samples(session: Session, model, tokenizer, task: Task, verifier: tu
     """`samples.jsonl`: SAMPLES greedy completions of the first eval split, graded, with the verifier's
     verdict where the run has one; mirrored to the run's tracker as a table. Never costs a finished run: a
     failure is one warning line."""
-    cfg, run_dir, logger = session.cfg, session.run_dir, session.logger
+    s, run_dir, logger = session.settings, session.run_dir, session.logger
     try:
-        rows = sample_records(model, tokenizer, task, cfg.eval.splits[0], n=SAMPLES,
-                              max_new_tokens=cfg.eval_settings()["max_new_tokens"], bf16=cfg.train.bf16,
-                              verifier=verifier, verifier_max_new_tokens=cfg.verifier.max_new_tokens)
+        rows = sample_records(model, tokenizer, task, s.eval.splits[0], n=SAMPLES,
+                              max_new_tokens=s.eval_settings()["max_new_tokens"], bf16=s.train.bf16,
+                              verifier=verifier, verifier_max_new_tokens=s.verifier_max_new_tokens)
     except Exception as err:  # noqa: BLE001 (a sample for people to read must never cost a finished run)
         print(f"warning: samples.jsonl not written: {err}")
         return

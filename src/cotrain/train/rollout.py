@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from cotrain import dist
-from cotrain.config import GrpoConfig, RunConfig
+from cotrain.config import GrpoConfig, ModelConfig, RolloutConfig
 from cotrain.models.generate import Rollout, generate, split_by_rank
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import masked_mean
@@ -25,25 +25,25 @@ class Sampler:
     the engine is awake only while it samples: it wakes for a rollout, takes the trainer's weights
     then, and sleeps at level 2 (weights and KV cache freed) as soon as the rollout is done, so the
     verification, every update and evaluation run without it. Without sleep mode the weights are
-    pushed after each update, as soon as they change.
+    pushed after each update, as soon as they change. `r` is the run's `rollout` section; vLLM reads the
+    generator's weights from its model config `m` (`path`, `dtype`), else its start `init`, else the run's own copy.
     """
 
-    def __init__(self, cfg: RunConfig, model, tokenizer, run_dir: Path):
+    def __init__(self, r: RolloutConfig, m: ModelConfig, init: str | None, seed: int, model, tokenizer, run_dir: Path):
         self.engine, self.tis_cap, self.pad_id = None, None, tokenizer.pad_token_id
-        r = cfg.rollout
         self.draft_tokens, self.compiled = r.draft_tokens, r.compile
         if r.engine != "vllm":
             return
         from cotrain.models.build import save_model
         from cotrain.models.vllm_engine import VllmEngine
 
-        path = cfg.model.path or (str(resolve_model_dir(cfg.init)) if cfg.init else None)
+        path = m.path or (str(resolve_model_dir(init)) if init else None)
         if path is None:  # a preset built in this run: vLLM reads the architecture from a directory
             path = run_dir / "rollout_model"
             dist.on_main(save_model, model, tokenizer, path)
         self.engine = VllmEngine(str(path), gpu_memory_utilization=r.gpu_memory_utilization,
-                                 max_model_len=r.max_model_len, seed=cfg.seed, enable_sleep_mode=r.sleep,
-                                 dtype="auto" if cfg.model.dtype == "float32" else cfg.model.dtype)
+                                 max_model_len=r.max_model_len, seed=seed, enable_sleep_mode=r.sleep,
+                                 dtype="auto" if m.dtype == "float32" else m.dtype)
         self.sleeps = r.sleep
         self.stale = True  # a resumed or warmed-up start differs from the directory
         if self.sleeps:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 
 from cotrain import dist
-from cotrain.config import RunConfig
+from cotrain.config import SafeguardConfig, TrainConfig, VerifierConfig
 from cotrain.models.generate import Rollout, completion_log_softmax, generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.safeguard import smooth, trust_scale, why_held
@@ -57,6 +57,8 @@ class Safeguard:
     """The probe and the gate of one run; inert (scale 1, no metrics) unless `safeguard.enabled`.
 
     Args:
+        s: the run's `safeguard` section; t: its `train` section (the probe computes in its precision).
+        seed: the run's seed; max_new_tokens: the probe's answers' length (`grpo.max_new_tokens`).
         questions: blinded training questions; the first `safeguard.questions` are the probe's.
         solver: (model, tokenizer) of the role whose updates are scaled.
         start: the solver's frozen start (for the KL), or None without a KL limit.
@@ -64,9 +66,9 @@ class Safeguard:
         state: the checkpointed state of a resumed run.
     """
 
-    def __init__(self, cfg: RunConfig, questions: list[str], solver: tuple, start, judge_fn: JudgeFn,
-                 compute: Compute, state: dict | None = None):
-        self.cfg, self.s = cfg, cfg.safeguard
+    def __init__(self, s: SafeguardConfig, t: TrainConfig, seed: int, max_new_tokens: int, questions: list[str],
+                 solver: tuple, start, judge_fn: JudgeFn, compute: Compute, state: dict | None = None):
+        self.s, self.t, self.seed, self.max_new_tokens = s, t, seed, max_new_tokens
         self.questions = list(dict.fromkeys(questions))[:self.s.questions]
         self.solver, self.start, self.judge_fn, self.compute = solver, start, judge_fn, compute
         st = state or {}
@@ -96,15 +98,15 @@ class Safeguard:
         return self.scale
 
     def _probe(self, step: int) -> None:
-        s, cfg = self.s, self.cfg
+        s = self.s
         model, tok = self.solver
         prompts = encode_generator_prompts(tok, self.questions)
         judged, rollouts = {}, []
         for name, n, temperature in (("strong", s.n_strong, s.strong_temperature),
                                      ("weak", s.n_weak, s.weak_temperature)):
-            ro = generate(model, prompts, group_size=n, max_new_tokens=cfg.grpo.max_new_tokens,
+            ro = generate(model, prompts, group_size=n, max_new_tokens=self.max_new_tokens,
                           eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=temperature,
-                          seed=derive_seed(cfg.seed, "safeguard", name, step), bf16=cfg.train.bf16)
+                          seed=derive_seed(self.seed, "safeguard", name, step), bf16=self.t.bf16)
             forward, generated = rollout_tokens(ro)
             self.compute.add("gen", forward=forward, generated=generated)
             answers = decode_completions(tok, ro.completion_ids, ro.completion_mask)
@@ -117,7 +119,7 @@ class Safeguard:
         if self.start is not None or s.min_entropy_ratio is not None:
             sums = [0.0, 0.0, 0.0]
             for ro in rollouts:
-                k, e = kl_and_entropy(model, self.start, ro, cfg.train.bf16)
+                k, e = kl_and_entropy(model, self.start, ro, self.t.bf16)
                 n_tok = float(ro.completion_mask.sum())
                 sums = [sums[0] + (k or 0.0) * n_tok, sums[1] + e * n_tok, sums[2] + n_tok]
                 self.compute.add("gen", forward=(1 if self.start is None else 2) * rollout_tokens(ro)[0])
@@ -158,12 +160,13 @@ class Safeguard:
                               "last": dict(self.last), "reason": self.reason, "counts": dict(self.counts)}}
 
 
-def verifier_judge(cfg: RunConfig, verifier: tuple, compute: Compute) -> JudgeFn:
+def verifier_judge(v: VerifierConfig, t: TrainConfig, seed: int, verifier: tuple, compute: Compute) -> JudgeFn:
     """The co-training recipes' judge for the probe: the verifier's verdict on each answer (greedy when
-    `verifier.greedy_verdicts`), approve 1, reject 0, unparsable 0.5; its compute counted as the verifier's."""
+    `verifier.greedy_verdicts`), approve 1, reject 0, unparsable 0.5, in the run's precision (`t.bf16`); its
+    compute counted as the verifier's."""
     def scores(questions: list[str], answers: list[str], step: int) -> list[float]:
-        vro, parsed, _ = verify_samples(*verifier, questions, answers, cfg.verifier,
-                                        seed=derive_seed(cfg.seed, "safeguard-verify", step), bf16=cfg.train.bf16)
+        vro, parsed, _ = verify_samples(*verifier, questions, answers, v,
+                                        seed=derive_seed(seed, "safeguard-verify", step), bf16=t.bf16)
         compute.add("ver", forward=rollout_tokens(vro)[0])
         return [0.5 if x.final is None else float(x.final) for x in parsed]
     return scores

@@ -13,7 +13,15 @@ from typing import Callable, NamedTuple
 import torch
 
 from cotrain import dist
-from cotrain.config import GrpoConfig, RunConfig, SelfPlayConfig, TrainConfig, VerifierConfig
+from cotrain.config import (
+    GrpoConfig,
+    ModelConfig,
+    RunSettings,
+    SafeguardConfig,
+    SelfPlayConfig,
+    TrainConfig,
+    VerifierConfig,
+)
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_metrics import verifier_gap
 from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
@@ -106,45 +114,48 @@ class SelfPlayRun:
         return props, props.fresh + [rng.choice(self.buffer) for _ in range(max(0, n - len(props.fresh)))]
 
 
-def open_selfplay(cfg: RunConfig, run_dir, resume: bool, task, desc: str, older_wanted: bool) -> SelfPlayRun:
+def open_selfplay(sp: SelfPlayConfig, v: VerifierConfig, guard: SafeguardConfig, mcfg: ModelConfig, init: str | None,
+                  seed: int, max_new_tokens: int, settings: RunSettings, config: dict, run_dir, resume: bool, task,
+                  desc: str, older_wanted: bool) -> SelfPlayRun:
     """The three roles' models in train mode, with their optimizers (the judge from `verifier.init`, the proposer
-    from `selfplay.proposer_init` or as the solver), the solver's frozen start where `older_wanted` or the
-    safeguard measures a KL (with one shared model a resumed run reloads the copy saved after the proposer's
-    warm-up), the session (restored on resume), and on a fresh run the proposer's warm-up at step 0."""
-    sp = cfg.selfplay
-    solver, tok = initial_model(cfg)
+    from `selfplay.proposer_init` or as the solver: each built from the model config `mcfg` or the start `init`),
+    the solver's frozen start where `older_wanted` or the safeguard (`guard`) measures a KL (with one shared model
+    a resumed run reloads the copy saved after the proposer's warm-up), the session (`open_session` of `settings`
+    and `config`, restored on resume), the safeguard's probe (answers of `max_new_tokens`), and on a fresh run the
+    proposer's warm-up at step 0."""
+    t = settings.train
+    solver, tok = initial_model(mcfg, init, seed, t.fsdp)
     if sp.shared_model:
         proposer, ptok, judge_model, jtok = solver, tok, solver, tok
     else:
         if sp.proposer_init:
-            proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=cfg.model.dtype)
-            proposer = prepare_for_training(proposer, cfg.model, dist.device())
+            proposer, ptok = load_model(resolve_model_dir(sp.proposer_init), dtype=mcfg.dtype)
+            proposer = prepare_for_training(proposer, mcfg, dist.device())
         else:
-            proposer, ptok = initial_model(cfg)
-        judge_model, jtok = initial_verifier(cfg)
+            proposer, ptok = initial_model(mcfg, init, seed, t.fsdp)
+        judge_model, jtok = initial_verifier(v, mcfg, init, seed, t.fsdp)
     m = SelfPlayModels((solver, tok), (proposer, ptok), (judge_model, jtok))
     for model in m.models:
         model.train()  # each on its model config's device: placed when built
-    seeds, truth = seed_questions(task, cfg.seed, sp.seed_questions)  # truth: for the gt/ metrics alone
+    seeds, truth = seed_questions(task, seed, sp.seed_questions)  # truth: for the gt/ metrics alone
     truth_of = truth_lookup(task, truth)
-    add_optimizers(sp, cfg.train, cfg.verifier.lr, m)
+    add_optimizers(sp, t, v.lr, m)
     older = None
-    if older_wanted or cfg.safeguard.measures_kl:
-        older, _ = initial_model(cfg)
+    if older_wanted or guard.measures_kl:
+        older, _ = initial_model(mcfg, init, seed, t.fsdp)
         if resume and bool(list_checkpoints(run_dir)) and start_path(run_dir).is_dir():
             load_weights(older, start_path(run_dir))
         older = older.eval().requires_grad_(False)
     warmed = resume and bool(list_checkpoints(run_dir))
-    session = open_session(cfg, run_dir, resume, m.roles, desc=desc)
-    at = {"seed": cfg.seed, "bf16": cfg.train.bf16}  # every sampling call's seed and (resolved) precision
+    session = open_session(settings, config, run_dir, resume, m.roles, desc=desc)
+    at = {"seed": seed, "bf16": t.bf16}  # every sampling call's seed and (resolved) precision
     buffer: list[str] = list(session.state.get("buffer", seeds))
     compute = Compute(m.n_params(), session.state.get("compute"))
-    safeguard = Safeguard(cfg, seeds, m.solver, older if cfg.safeguard.measures_kl else None,
-                          probe_judge(sp, cfg.verifier, m.judge, compute, **at), compute,
-                          session.state.get("safeguard"))
+    safeguard = Safeguard(guard, t, seed, max_new_tokens, seeds, m.solver, older if guard.measures_kl else None,
+                          probe_judge(sp, v, m.judge, compute, **at), compute, session.state.get("safeguard"))
     run = SelfPlayRun(m, session, seeds, truth_of, older, compute, buffer, safeguard, at, sp.buffer_size)
     if not warmed and sp.proposer_warmup_steps:  # step 0: no answers
-        proposer_warm_up(session, m, seeds, compute, older, run.state())
+        proposer_warm_up(session, sp, v, seed, m, seeds, compute, older, run.state())
     return run
 
 
@@ -228,14 +239,13 @@ def proposer_metrics(task, props: Proposals, rewards: torch.Tensor, stats: dict,
             **{f"prop/{k}": x for k, x in stats.items() if "tokens" not in k}, **solvable}
 
 
-def proposer_warm_up(session: Session, m: SelfPlayModels, seeds: list[str], compute: Compute,
-                     older, extra: dict) -> None:
-    """Step 0: the proposer's SFT warm-up; with one shared model the solver's start copy follows it
-    (and is saved for resume). Checkpointed before its row is logged."""
-    cfg = session.cfg
-    metrics = warmup_proposer(cfg.selfplay, cfg.verifier, cfg.train, *m.proposer, seeds, compute, seed=cfg.seed,
-                              progress=cfg.log.progress)
-    if cfg.selfplay.shared_model and older is not None:
+def proposer_warm_up(session: Session, sp: SelfPlayConfig, v: VerifierConfig, seed: int, m: SelfPlayModels,
+                     seeds: list[str], compute: Compute, older, extra: dict) -> None:
+    """Step 0: the proposer's SFT warm-up (at the verifier's warm-up settings, `v`); with one shared model the
+    solver's start copy follows it (and is saved for resume). Checkpointed before its row is logged."""
+    s = session.settings
+    metrics = warmup_proposer(sp, v, s.train, *m.proposer, seeds, compute, seed=seed, progress=s.log.progress)
+    if sp.shared_model and older is not None:
         older.load_state_dict(m.solver[0].state_dict())
         dist.on_main(save_model, *m.solver, start_path(session.run_dir))
     metrics.update(compute.metrics())

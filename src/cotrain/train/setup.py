@@ -15,7 +15,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cotrain import dist
-from cotrain.config import RunConfig, TaskConfig, TrainConfig
+from cotrain.config import ModelConfig, TaskConfig, TrainConfig, VerifierConfig
 from cotrain.errors import UserError
 from cotrain.models.build import build_model, load_model, prepare_for_training, save_model
 from cotrain.runs.rundir import resolve_model_dir
@@ -77,34 +77,36 @@ def sample_batch(pool: list, size: int, seed: int, step: int) -> list:
     return [pool[i] for i in idx]
 
 
-def initial_model(cfg: RunConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The model a run starts from: `init` (a run, checkpoint or model dir) or the model config, with
-    the memory options of `model` applied (dtype, device, gradient checkpointing, LoRA)."""
-    if cfg.init:
-        model, tokenizer = load_model(resolve_model_dir(cfg.init), dtype=cfg.model.dtype)
+def initial_model(m: ModelConfig, init: str | None, seed: int,
+                  fsdp: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model a run starts from: `init` (a run, checkpoint or model dir) or the model config `m` (built
+    with `seed`), with the memory options of `m` applied (dtype, device, gradient checkpointing, LoRA) and
+    sharded when `fsdp` (`train.fsdp`) asks."""
+    if init:
+        model, tokenizer = load_model(resolve_model_dir(init), dtype=m.dtype)
     else:
-        model, tokenizer = build_model(cfg.model, seed=cfg.seed)
-    return shard_if_asked(prepare_for_training(model, cfg.model, dist.device()), cfg.train), tokenizer
+        model, tokenizer = build_model(m, seed=seed)
+    return shard_if_asked(prepare_for_training(model, m, dist.device()), fsdp), tokenizer
 
 
-def initial_verifier(cfg: RunConfig):
-    """The verifier a run starts from: `verifier.model` (from scratch), `verifier.init`, or the run's start;
-    with the memory options of `verifier.model` (else of `model`), on `verifier.device` when set."""
-    v = cfg.verifier
-    mcfg = v.model or cfg.model
+def initial_verifier(v: VerifierConfig, m: ModelConfig, init: str | None, seed: int, fsdp: bool):
+    """The verifier a run starts from: `verifier.model` (from scratch), `verifier.init`, or the run's start
+    (`init`, else the run's model config `m`); with the memory options of `verifier.model` (else of `m`), on
+    `verifier.device` when set."""
+    mcfg = v.model or m
     if v.model is not None:
-        verifier, vtok = build_model(v.model, seed=derive_seed(cfg.seed, "verifier"))
-    elif v.init or cfg.init:
-        verifier, vtok = load_model(resolve_model_dir(v.init or cfg.init), dtype=mcfg.dtype)
+        verifier, vtok = build_model(v.model, seed=derive_seed(seed, "verifier"))
+    elif v.init or init:
+        verifier, vtok = load_model(resolve_model_dir(v.init or init), dtype=mcfg.dtype)
     else:
-        verifier, vtok = build_model(cfg.model, seed=derive_seed(cfg.seed, "verifier"))
+        verifier, vtok = build_model(m, seed=derive_seed(seed, "verifier"))
     mcfg = mcfg.model_copy(update={"device": v.device}) if v.device else mcfg
-    return shard_if_asked(prepare_for_training(verifier, mcfg, dist.device()), cfg.train), vtok
+    return shard_if_asked(prepare_for_training(verifier, mcfg, dist.device()), fsdp), vtok
 
 
-def shard_if_asked(model, cfg: TrainConfig):
-    """`model` sharded with FSDP2 when `train.fsdp` is set and the run has several processes."""
-    return dist.shard_model(model) if cfg.fsdp and dist.world() > 1 else model
+def shard_if_asked(model, fsdp: bool):
+    """`model` sharded with FSDP2 when `fsdp` (`train.fsdp`) is set and the run has several processes."""
+    return dist.shard_model(model) if fsdp and dist.world() > 1 else model
 
 
 class HostStateAdamW(torch.optim.AdamW):

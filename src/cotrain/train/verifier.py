@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cotrain import dist
-from cotrain.config import CoTrainingConfig, GrpoConfig, RolloutConfig, RunConfig, TrainConfig, VerifierConfig
+from cotrain.config import CoTrainingConfig, GrpoConfig, RolloutConfig, RunSettings, TrainConfig, VerifierConfig
 from cotrain.errors import UserError
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_eval import evaluate_on_injected, evaluate_verifiers, step_verdicts, verifier_score
@@ -50,7 +50,7 @@ from cotrain.train.rollout import (
     rollout_tokens,
     step_shape_metrics,
 )
-from cotrain.train.setup import derive_seed, initial_verifier, make_optimizer, sample_batch
+from cotrain.train.setup import derive_seed, make_optimizer, sample_batch
 from cotrain.train.update import policy_update, supervised_step
 
 Labeller = Callable[[list[str], list, int], list]
@@ -260,15 +260,14 @@ def mean_metrics(rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def build_verifier(cfg: RunConfig, frozen: bool) -> Policy:
-    """The verifier's `Policy` in a co-training run: the verifier `initial_verifier`
-    builds, in train mode, with an AdamW over its RL steps (its warm-up's and, unless `frozen`, one
-    round's `cotraining.ver_steps` per `cotraining.gen_steps` generator steps) at `verifier.lr`."""
-    v, tg = cfg.verifier, cfg.cotraining
-    verifier, vtok = initial_verifier(cfg)
+def build_verifier(built: tuple, v: VerifierConfig, tg: CoTrainingConfig, t: TrainConfig, frozen: bool) -> Policy:
+    """The verifier's `Policy` in a co-training run: the (model, tokenizer) `initial_verifier` built, in
+    train mode, with an AdamW over its RL steps (its warm-up's and, unless `frozen`, one round's
+    `cotraining.ver_steps` per `cotraining.gen_steps` of the run's `train.steps`) at `verifier.lr`."""
+    verifier, vtok = built
     verifier.train()
-    ver_rl_steps = v.warmup_rl_steps + (0 if frozen else cfg.train.steps // tg.gen_steps * tg.ver_steps)
-    vopt, vsched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
+    ver_rl_steps = v.warmup_rl_steps + (0 if frozen else t.steps // tg.gen_steps * tg.ver_steps)
+    vopt, vsched = make_optimizer(verifier, t.model_copy(update={"lr": v.lr, "warmup_steps": 0}),
                                   max(ver_rl_steps, 1))
     return Policy(verifier, vtok, vopt, vsched)
 
@@ -432,12 +431,13 @@ def warm_up(session: Session, roles: dict, task, pool: list, ver_rl: VerifierRL,
     each followed by the held-out evaluation; the warmed-up verifier is kept in `warmup/verifier` for
     the final comparison, and the run is checkpointed before the row is logged (a run killed in
     between resumes after the warm-up without its row, never with the row twice)."""
-    cfg = session.cfg
-    t0 = time.time()
+    s, t0 = session.settings, time.time()
     (model, tokenizer), verifier, vtok = ver_rl.generator, ver_rl.verifier.model, ver_rl.verifier.tokenizer
-    metrics = warmup_verifier(cfg, task, pool, model, tokenizer, verifier, vtok, ver_rl.compute)
+    metrics = warmup_verifier(ver_rl.v, s.train, task, pool, model, tokenizer, verifier, vtok, ver_rl.compute,
+                              seed=ver_rl.seed, progress=s.log.progress, batch_size=s.eval.batch_size,
+                              max_new_tokens=ver_rl.g.max_new_tokens)
     metrics.update(eval_verifier())
-    rl = [ver_rl.step() for _ in range(cfg.verifier.warmup_rl_steps)]
+    rl = [ver_rl.step() for _ in range(ver_rl.v.warmup_rl_steps)]
     metrics.update(mean_metrics(rl))
     if rl:
         metrics.update({f"{k}_after_rl": x for k, x in eval_verifier().items()})
@@ -448,16 +448,16 @@ def warm_up(session: Session, roles: dict, task, pool: list, ver_rl: VerifierRL,
     session.logger.log(0, metrics)
 
 
-def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compute) -> list[tuple]:
+def warmup_examples(v: VerifierConfig, task, pool, model, tokenizer, compute: Compute, *, seed: int, bf16: bool,
+                    progress: bool, batch_size: int, max_new_tokens: int) -> list[tuple]:
     """(problem, solution) pairs for the verifier's SFT warm-up.
 
     `verifier.warmup_samples` in all: a `warmup_corrupt_frac` share of reference solutions with a wrong
     result injected at a uniformly drawn step (tasks with `corrupt`), a `warmup_clean_frac` share of
-    reference solutions as they are, and the rest the generator's own samples (temperature 1) of
-    training problems.
+    reference solutions as they are, and the rest the generator's own samples (temperature 1, `batch_size`
+    at a time, up to `max_new_tokens`) of training problems.
     """
-    v = cfg.verifier
-    rng = random.Random(derive_seed(cfg.seed, "warmup"))
+    rng = random.Random(derive_seed(seed, "warmup"))
     n_corrupt = int(v.warmup_samples * v.warmup_corrupt_frac) if hasattr(task, "corrupt") else 0
     n_clean = int(v.warmup_samples * v.warmup_clean_frac) if hasattr(task, "corrupt") else 0
     problems = [pool[i] for i in (rng.randrange(len(pool)) for _ in range(v.warmup_samples))]
@@ -470,17 +470,17 @@ def warmup_examples(cfg: RunConfig, task, pool, model, tokenizer, compute: Compu
     pairs += [(p, p.solution) for p in problems[n_corrupt:n_corrupt + n_clean] if p.solution]
     sampled = problems[n_corrupt + n_clean:]
     model.eval()
-    progress = Progress(len(sampled), enabled=cfg.log.progress and dist.is_main(), desc="verifier warm-up (samples)")
-    for i in range(0, len(sampled), cfg.eval.batch_size):
-        chunk = sampled[i:i + cfg.eval.batch_size]
+    bar = Progress(len(sampled), enabled=progress and dist.is_main(), desc="verifier warm-up (samples)")
+    for i in range(0, len(sampled), batch_size):
+        chunk = sampled[i:i + batch_size]
         ro = generate(model, encode_generator_prompts(tokenizer, [p.question for p in chunk]),
-                      max_new_tokens=cfg.grpo.max_new_tokens, eos_id=tokenizer.eos_token_id,
-                      pad_id=tokenizer.pad_token_id, temperature=1.0, seed=derive_seed(cfg.seed, "warmup-samples", i),
-                      bf16=cfg.train.bf16)
+                      max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
+                      pad_id=tokenizer.pad_token_id, temperature=1.0, seed=derive_seed(seed, "warmup-samples", i),
+                      bf16=bf16)
         compute.add("gen", forward=rollout_tokens(ro)[0])
         pairs += zip(chunk, decode_completions(tokenizer, ro.completion_ids, ro.completion_mask))
-        progress.update(i + len(chunk))
-    progress.close()
+        bar.update(i + len(chunk))
+    bar.close()
     model.train()
     return pairs
 
@@ -497,7 +497,8 @@ def pair_example(task, problem, solution: str, rng: random.Random, chat: bool = 
     return problem.question, first, second, reference_pair(task, problem, first, second, chat=chat)
 
 
-def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok, compute: Compute,
+def warmup_verifier(v: VerifierConfig, t: TrainConfig, task, pool, model, tokenizer, verifier, vtok, compute: Compute,
+                    *, seed: int, progress: bool, batch_size: int, max_new_tokens: int,
                     rehearse: float = 0.0) -> dict[str, float]:
     """SFT of the verifier on `warmup_examples`, each labelled by `reference_verification`: a verdict
     per step and a final one, from the task's process labels (which step an error was injected at).
@@ -506,22 +507,23 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
     `verifier.warmup_sft_steps: 0`, `warmup_rl_steps: 40`). With `verifier.warmup_pair_frac` a share of
     each batch is pairwise judgments instead (`pair_example`). `rehearse`: the share of each batch that
     rehearses the generator on reference solutions, for a verifier that is the generator too (a
-    judge-only warm-up erases a generator: see recipes/cure.py)."""
-    v = cfg.verifier
+    judge-only warm-up erases a generator: see recipes/cure.py). `t` is the run's training section; the
+    generator's samples are drawn `batch_size` at a time, up to `max_new_tokens`."""
     if v.warmup_sft_steps == 0:
         return {}
-    pairs = warmup_examples(cfg, task, pool, model, tokenizer, compute)
+    pairs = warmup_examples(v, task, pool, model, tokenizer, compute, seed=seed, bf16=t.bf16, progress=progress,
+                            batch_size=batch_size, max_new_tokens=max_new_tokens)
     chat = uses_chat(vtok)
     targets = [reference_verification(task, p, s, chat=chat) for p, s in pairs]
-    opt, sched = make_optimizer(verifier, cfg.train.model_copy(update={"lr": v.warmup_sft_lr, "warmup_steps": 20,
-                                                                        "schedule": "constant"}), v.warmup_sft_steps)
+    opt, sched = make_optimizer(verifier, t.model_copy(update={"lr": v.warmup_sft_lr, "warmup_steps": 20,
+                                                                "schedule": "constant"}), v.warmup_sft_steps)
     losses = []
-    rng = random.Random(derive_seed(cfg.seed, "warmup-order"))
-    pair_rng = random.Random(derive_seed(cfg.seed, "warmup-pairs"))
+    rng = random.Random(derive_seed(seed, "warmup-order"))
+    pair_rng = random.Random(derive_seed(seed, "warmup-pairs"))
     n_pairs = round(v.warmup_batch_size * v.warmup_pair_frac)
     solved = [p for p in pool if p.solution] if rehearse else []
     n_rehearsed = round(v.warmup_batch_size * rehearse) if solved else 0
-    progress = Progress(v.warmup_sft_steps, enabled=cfg.log.progress and dist.is_main(), desc="verifier warm-up (sft)")
+    bar = Progress(v.warmup_sft_steps, enabled=progress and dist.is_main(), desc="verifier warm-up (sft)")
     for step in range(1, v.warmup_sft_steps + 1):
         idx = [rng.randrange(len(pairs)) for _ in range(v.warmup_batch_size - n_pairs - n_rehearsed)]
         prompts = encode_verifier_prompts(vtok, [pairs[i][0].question for i in idx], [pairs[i][1] for i in idx])
@@ -535,13 +537,13 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
             prompts += encode_generator_prompts(vtok, [p.question for p in rehearsed])
             completions += [encode_completion(vtok, p.solution) for p in rehearsed]
         st = supervised_step(verifier, opt, prompts, completions,
-                             vtok.pad_token_id, max_grad_norm=cfg.train.max_grad_norm, bf16=cfg.train.bf16,
-                             micro_batch_size=cfg.train.micro_batch_size)
+                             vtok.pad_token_id, max_grad_norm=t.max_grad_norm, bf16=t.bf16,
+                             micro_batch_size=t.micro_batch_size)
         sched.step()
         compute.add("ver", trained=st["tokens_trained"] + st["prompt_tokens_trained"])
         losses.append(st["loss"])
-        progress.update(step, {"loss": st["loss"]})
-    progress.close()
+        bar.update(step, {"loss": st["loss"]})
+    bar.close()
     tail = losses[-max(1, len(losses) // 10):]
     correct = sum(task.grade(s, p) >= 1 for p, s in pairs) / len(pairs)
     return {"ver/warmup_loss": sum(tail) / len(tail), "ver/warmup_examples": len(pairs),
@@ -551,47 +553,49 @@ def warmup_verifier(cfg: RunConfig, task, pool, model, tokenizer, verifier, vtok
 # ---------------------------------------------------------------------- final evaluation
 
 
-def oracle_results(cfg: RunConfig, task, generator: tuple) -> dict:
+def oracle_results(s: RunSettings, v: VerifierConfig, seed: int, task, generator: tuple) -> dict:
     """The world the final generator faces, measured through the oracle's verdicts (eval.json `oracle`): on
     `eval.n_sampled` problems of the first eval split, k samples each (`eval.k`, 8 where it is under 2: with
     `eval.k: 0` the generator's own evaluation samples nothing more), the share of all-wrong groups
     (`all_wrong@k`), where failed samples first go wrong (`process/first_false_not_last`), and what
     `evaluate_verifiers` reports of the verdicts (noisy: at its rates). A run with `train.steps: 0` so
     measures a start for `cotrain study --worlds` at the cost of the samples alone. With `eval.n_sampled: 0`
-    nothing is measured (it had fallen back to `cotraining.eval_n` problems x 8 samples: 1,600 SmolLM2
-    solutions, longer than the run's own evaluation, at the end of every ceiling run)."""
-    split, ekw = cfg.eval.splits[0], cfg.eval_settings()
-    if split not in task.splits or not cfg.eval.n_sampled:
+    nothing is measured, nor for a task without process labels (it had fallen back to `cotraining.eval_n`
+    problems x 8 samples: 1,600 SmolLM2 solutions, longer than the run's own evaluation, at the end of every
+    ceiling run)."""
+    split, ekw = s.eval.splits[0], s.eval_settings()
+    if split not in task.splits or not s.eval.n_sampled or not hasattr(task, "step_labels"):
         return {}
 
     def judge(problems, texts, correct):
-        return oracle_verifications(task, problems, texts, correct, cfg.verifier, derive_seed(cfg.seed, "oracle-eval"))
+        return oracle_verifications(task, problems, texts, correct, v, derive_seed(seed, "oracle-eval"))
 
-    scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=cfg.eval.n_sampled,
-                                k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
+    scored = evaluate_verifiers({"oracle": judge}, *generator, task, split, n=s.eval.n_sampled,
+                                k=s.eval.k if s.eval.k >= 2 else 8, temperature=s.eval.temperature,
                                 gen_max_new_tokens=ekw["max_new_tokens"],
-                                ver_max_new_tokens=cfg.verifier.max_new_tokens, batch_size=ekw["batch_size"],
-                                bf16=cfg.train.bf16)
+                                ver_max_new_tokens=v.max_new_tokens, batch_size=ekw["batch_size"],
+                                bf16=s.train.bf16)
     return {name: {split: m} for name, m in scored.items()}
 
 
 def final_verifier_results(session: Session, task, generator: tuple, verifier: tuple,
-                           heldout: list, trained: bool = True) -> dict:
+                           heldout: list, eval_n: int, trained: bool = True) -> dict:
     """The trained and the warmed-up verifier side by side (eval.json entries `verifier` and
     `verifier_warmup`): on the final generator's samples of the first eval split, and on its held-out
     injected errors. A verifier that was never trained (`trained=False`, or a run without generator
     steps) is the warmed-up one: it is evaluated once and reported under both names. What each wrote of
     the generator's samples, beside what it was taught to write, goes to
-    `verifications/<name>_<split>.jsonl.gz` (`verification_records`)."""
-    cfg = session.cfg
+    `verifications/<name>_<split>.jsonl.gz` (`verification_records`); without `eval.n_sampled`, `eval_n`
+    (`cotraining.eval_n`) problems."""
+    s = session.settings
     (model, tokenizer), (ver, vtok) = generator, verifier
-    v, ekw = cfg.verifier, cfg.eval_settings()
+    ekw = s.eval_settings()
     ver.eval()
     results = {}
-    split = cfg.eval.splits[0]
+    split = s.eval.splits[0]
     if split not in task.splits:
         return results
-    trained = trained and bool(cfg.train.steps)
+    trained = trained and bool(s.train.steps)
     if trained:
         warm, wtok = load_model(session.run_dir / "warmup" / "verifier")
         warm.to(next(ver.parameters()).device).eval()
@@ -599,17 +603,17 @@ def final_verifier_results(session: Session, task, generator: tuple, verifier: t
     else:
         both = {"verifier_warmup": (ver, vtok)}
     records: dict[str, list[dict]] = {}
-    scored = evaluate_verifiers(both, model, tokenizer, task, split, n=cfg.eval.n_sampled or cfg.cotraining.eval_n,
-                                k=cfg.eval.k if cfg.eval.k >= 2 else 8, temperature=cfg.eval.temperature,
-                                gen_max_new_tokens=ekw["max_new_tokens"], ver_max_new_tokens=v.max_new_tokens,
-                                batch_size=ekw["batch_size"], bf16=cfg.train.bf16, records=records)
+    scored = evaluate_verifiers(both, model, tokenizer, task, split, n=s.eval.n_sampled or eval_n,
+                                k=s.eval.k if s.eval.k >= 2 else 8, temperature=s.eval.temperature,
+                                gen_max_new_tokens=ekw["max_new_tokens"], ver_max_new_tokens=s.verifier_max_new_tokens,
+                                batch_size=ekw["batch_size"], bf16=s.train.bf16, records=records)
     for name, m in scored.items():
         results[name] = {split: m}
         if dist.is_main() and name in records:
             write_jsonl_gz_atomic(session.run_dir / "verifications" / f"{name}_{split}.jsonl.gz", records[name])
     for name, (m, tok) in both.items():
-        injected = evaluate_on_injected(m, tok, task, heldout, max_new_tokens=v.max_new_tokens,
-                                        batch_size=ekw["batch_size"], bf16=cfg.train.bf16)
+        injected = evaluate_on_injected(m, tok, task, heldout, max_new_tokens=s.verifier_max_new_tokens,
+                                        batch_size=ekw["batch_size"], bf16=s.train.bf16)
         if injected:
             results.setdefault(name, {})[f"{split}_injected"] = injected
     if not trained:
