@@ -13,30 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
+from cotrain.declare import MAX_COUNT, Section, too_large
 from cotrain.errors import UserError
-from cotrain.registry import RECIPES, unknown
-
-MAX_COUNT = 10**9
-"""The largest step, size or token count a config may ask for: no run on any machine gets near it, and a
-larger one (10**4000, say) would only fail deep inside torch or numpy."""
-
+from cotrain.registry import RECIPES, recipe_sections, unknown
 
 GUARDED = tuple(name for name, r in RECIPES.items() if r.guarded)
 """The recipes whose solver updates `safeguard` can scale."""
-
-
-def _too_large(value) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return abs(value) > MAX_COUNT
-    if isinstance(value, (list, tuple)):
-        return any(_too_large(v) for v in value)
-    if isinstance(value, dict):
-        return any(_too_large(v) for v in value.values())
-    return False
 
 
 def _compiled_decoding(what: str) -> str:
@@ -50,18 +34,7 @@ def _one_decoding(section: str, settings) -> None:
         raise ValueError(f"{section}.compile and {section}.draft_tokens cannot be combined: choose one")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _bounded(cls, value, info):
-        if info.field_name != "seed" and _too_large(value):
-            raise ValueError(f"must be at most {MAX_COUNT:,} in size")
-        return value
-
-
-class ModelConfig(_Section):
+class ModelConfig(Section):
     """The model a run trains: a preset built here, a saved directory or a published one, and how it is held in memory."""
 
     preset: Literal["nano", "tiny", "small", "base"] | None = Field(
@@ -123,12 +96,12 @@ class TaskConfig(BaseModel):
     @model_validator(mode="after")
     def _bounded(self):
         for key, value in self.options().items():
-            if _too_large(value):
+            if too_large(value):
                 raise ValueError(f"task.{key}: must be at most {MAX_COUNT:,} in size")
         return self
 
 
-class TrainConfig(_Section):
+class TrainConfig(Section):
     """The optimizer, its schedule, the batch, precision and threads of every recipe's updates."""
 
     steps: int = Field(200, ge=0, description="Optimizer steps of the run.")
@@ -161,7 +134,7 @@ class TrainConfig(_Section):
         return self
 
 
-class GrpoConfig(_Section):
+class GrpoConfig(Section):
     """Sampling and the policy-gradient loss of the generator's update (GRPO and its variants)."""
 
     group_size: int = Field(8, description="G: completions sampled per prompt; must be at least 2.")
@@ -185,7 +158,7 @@ class GrpoConfig(_Section):
         return self
 
 
-class VerifierConfig(_Section):
+class VerifierConfig(Section):
     """The generative verifier of `tango` and `frozen_verifier`: its model, warm-up and RL settings."""
 
     init: str | None = Field(None, description=(
@@ -255,7 +228,7 @@ class VerifierConfig(_Section):
         return self
 
 
-class CoTrainingConfig(_Section):
+class CoTrainingConfig(Section):
     """The co-training family's schedule, advantage mixing and evaluation sizes (tango, consistency; the
     verifier evaluations of self_rewarding); read under its old name `tango:` too."""
 
@@ -297,26 +270,7 @@ class CoTrainingConfig(_Section):
         return self
 
 
-class CurriculumConfig(_Section):
-    """A difficulty schedule for a fixed task source (`grpo`): start easy, move up as accuracy rises."""
-
-    levels: list[dict[str, Any]] = Field([], description=(
-        "Task options of each level, easiest first, each overriding task.* (empty: no curriculum)."))
-    raise_at: float = Field(0.8, gt=0, le=1, description=(
-        "Move to the next level once the training accuracy, averaged over `window` steps, reaches this."))
-    window: int = Field(10, ge=1, description="Steps of training accuracy averaged for the level decision.")
-
-
-class ConsistencyConfig(_Section):
-    """Label-free co-training (`recipe: consistency`): majority-vote pseudo-labels instead of answers."""
-
-    min_share: float = Field(0.5, ge=0, le=1, description=(
-        "Smallest share of a group's G samples behind the majority answer for the group to be pseudo-labelled."))
-    w_verdict: float = Field(0.5, ge=0, le=1, description=(
-        "Generator reward: w_verdict * verifier approval + (1 - w_verdict) * agreement with the majority answer."))
-
-
-class SelfPlayConfig(_Section):
+class SelfPlayConfig(Section):
     """The proposer-solver-judge loops (`triad`, `reliability`); the judge uses the `verifier` settings."""
 
     shared_model: bool = Field(True, description=(
@@ -349,151 +303,7 @@ class SelfPlayConfig(_Section):
         "triad: MAE's (quality + difficulty + format) / 3, or learnability 1 - p (Absolute Zero)."))
 
 
-class ReliabilityConfig(_Section):
-    """Reliability-guided task generation (`recipe: reliability`): questions rewarded where the judge is reliable."""
-
-    n_strong: int = Field(2, ge=1, description="Candidates per question from the strong regime (low temperature).")
-    strong_temperature: float = Field(0.3, gt=0, description="Sampling temperature of the strong regime.")
-    n_weak: int = Field(2, ge=0, description="Candidates per question from the weak regime (high temperature).")
-    weak_temperature: float = Field(1.5, gt=0, description="Sampling temperature of the weak regime.")
-    n_old: int = Field(2, ge=0, description="Weak candidates from the solver's start checkpoint (temperature 1).")
-    n_best_of: int = Field(0, ge=0, description=(
-        "Strong candidates chosen best-of-N: of `best_of` samples, one that gives their majority answer."))
-    best_of: int = Field(4, ge=2, description="N of the best-of-N strong regime.")
-    weights: dict[str, float] = Field({"cons": 1.0, "sep": 1.0, "stab": 1.0}, description=(
-        "Proposer reward: weighted sum of the reliability signals cons, sep, stab."))
-    thresholds: dict[str, float] = Field({"cons": 0.85, "sep": 0.1, "stab": 0.7}, description=(
-        "The solver trains only on questions with every signal at or above these."))
-    filter: bool = Field(True, description="Train the solver only on questions above the thresholds (false: on all).")
-    pairwise: bool = Field(False, description=(
-        "R_stab from pairwise judgments, two candidates shown at once (false: from the pointwise scores)."))
-    pairs_per_question: int = Field(0, ge=0, description=(
-        "With pairwise: the candidate pairs judged per question, drawn at random (0: all C(C-1)/2)."))
-    solver_loss: Literal["dpo", "pg", "rank"] = Field("dpo", description=(
-        "Solver update: DPO on (best, worst) judged candidates, policy gradient on judge scores, or a ranking loss."))
-    dpo_beta: float = Field(0.1, gt=0, description="DPO temperature beta.")
-    min_gap: float = Field(0.3, ge=0, description="Smallest judge-score gap of a DPO pair.")
-    invalid_reward: float = Field(-0.5, description="Proposer reward of a parsable question outside the limits.")
-    malformed_reward: float = Field(-1.0, description="Proposer reward of an unparsable question.")
-
-    @model_validator(mode="after")
-    def _check(self):
-        for name, d in (("weights", self.weights), ("thresholds", self.thresholds)):
-            unknown = set(d) - {"cons", "sep", "stab"}
-            if unknown:
-                raise ValueError(f"reliability.{name}: unknown signal {sorted(unknown)[0]!r} (valid: cons, sep, stab)")
-        return self
-
-
-class PrimeConfig(_Section):
-    """Implicit process rewards (`recipe: prime`, PRIME): a second model started from the generator's
-    start, beside its frozen copy, learns online from outcome labels; its log-ratio is the process reward."""
-
-    beta: float = Field(0.05, gt=0, description="β: process reward r_t = β (log π_prm − log π_ref) (PRIME: 0.05).")
-    lr: float = Field(1e-6, gt=0, description="The PRM's learning rate (PRIME: 1e-6 at 7B; the tiny world needs more).")
-    prm_init: str | None = Field(None, description=(
-        "Start the PRM from this checkpoint instead of the generator's start (its reference stays the generator's)."))
-    update: Literal["before", "after", "none"] = Field("before", description=(
-        "before: the PRM steps, then scores (PRIME's default); after: it scores in its training pass; none: frozen."))
-    prm_coef: float = Field(5.0, ge=0, description="Weight of the process rewards' RLOO in the return (PRIME: 5).")
-    gt_coef: float = Field(5.0, ge=0, description="Weight of the outcome's RLOO in the return (PRIME: 5).")
-    norm: Literal["batch_norm", "none"] = Field("batch_norm", description=(
-        "batch_norm: divide the process rewards by the largest |return| in the batch (PRIME's default)."))
-    filter: bool = Field(True, description=(
-        "Keep prompts whose samples' accuracy lies within [lower, upper], drawing `oversample` times the prompts first."))
-    lower: float = Field(0.2, ge=0, le=1, description="The filter's lower bound (inclusive).")
-    upper: float = Field(0.8, ge=0, le=1, description="The filter's upper bound (inclusive).")
-    oversample: float = Field(4.0, ge=1, le=64, description="Prompts sampled per prompt kept, with the filter on.")
-
-    @model_validator(mode="after")
-    def _check(self):
-        if self.lower > self.upper:
-            raise ValueError(f"prime.lower ({self.lower}) must be at most prime.upper ({self.upper})")
-        return self
-
-
-class MarsConfig(_Section):
-    """Multi-agent GRPO (`recipe: mars`, MARS): a planner writes a solution's operations, a worker carries
-    out one per call; both share the trajectory's reward, each normalised within its own group."""
-
-    plan: bool = Field(True, description=(
-        "false: the empty-plan ablation: no planner; the worker chooses each operation itself, called as many "
-        "times as the reference solution has steps."))
-    two_models: bool = Field(False, description=(
-        "A planner model of its own (a copy of the run's start, its own optimizer at train.lr); false: one "
-        "model in two role prompts (MARS's default)."))
-    balance: bool = Field(True, description=(
-        "Advantage-weighted balanced sampling of the worker's samples (false: every worker sample trains)."))
-    worker_max_new_tokens: int = Field(24, ge=1, le=4096, description="Length limit of one worker step.")
-    warmup_steps: int = Field(0, ge=0, le=1_000_000, description=(
-        "SFT steps teaching the roles their formats from reference solutions, checkpointed as step 0."))
-    warmup_batch_size: int = Field(32, ge=2, le=65536, description="Examples per warm-up step.")
-    warmup_lr: float = Field(1e-3, gt=0, description="Learning rate of the warm-up (constant after 10 steps).")
-
-
-class VstarConfig(_Section):
-    """V-STaR (`recipe: vstar`): the generator fine-tuned on its own correct samples, a verifier trained by
-    DPO on (correct, incorrect) pairs of the same problem and used to pick the best of N."""
-
-    beta: float = Field(0.1, gt=0, description="β of the verifier's DPO loss (V-STaR: 0.1).")
-    pairs_per_problem: int = Field(4, ge=1, le=4096, description=(
-        "The most (correct, incorrect) pairs a problem's samples give the verifier per step."))
-    verifier_lr: float | None = Field(None, gt=0, description="The verifier's learning rate (default: train.lr).")
-    bon: list[int] = Field([1, 4, 16, 64], min_length=1, description=(
-        "Best-of-N's N at the end: max(bon) samples of each problem drawn once and subsampled."))
-    bon_problems: int = Field(100, ge=1, le=100_000, description="Problems of each eval split in the best-of-N table.")
-    bon_verifiers: dict[str, str] = Field({}, description=(
-        "Other generative verifiers scored on the same samples, {name: model dir}."))
-
-    @field_validator("bon")
-    @classmethod
-    def _sane_bon(cls, ns: list[int]) -> list[int]:
-        if any(n < 1 or n > 4096 for n in ns):
-            raise ValueError(f"vstar.bon counts must lie within 1..4096; got {ns}")
-        return sorted(set(ns))
-
-
-class SelfRewardingConfig(_Section):
-    """Self-Rewarding LMs (`recipe: self_rewarding`): the model judges its own samples, its best and worst
-    of a problem become a DPO pair, iteration after iteration; the judge is the model itself."""
-
-    beta: float = Field(0.1, gt=0, description="β of the DPO loss (Self-Rewarding: 0.1).")
-    iteration_steps: int = Field(50, ge=1, description=(
-        "Optimizer steps per iteration: DPO's reference is the model as the iteration began (M_t), frozen."))
-    min_gap: float = Field(0.0, ge=0, description=(
-        "The least judge-score gap between a problem's best and worst sample for them to make a pair (0: any gap)."))
-    rehearse: float = Field(0.5, ge=0, lt=1, description=(
-        "Share of each judge warm-up batch (verifier.warmup_sft_steps) that rehearses the generator on "
-        "reference solutions: the judge is the generator too."))
-
-
-class SpinConfig(_Section):
-    """Self-play fine-tuning (`recipe: spin`): the reference solution against the previous iterate's sample."""
-
-    beta: float = Field(0.1, gt=0, description="β of SPIN's logistic loss (SPIN: 0.1).")
-    iteration_steps: int = Field(50, ge=1, description=(
-        "Optimizer steps per iteration: the opponent is the model as the iteration began, frozen for it."))
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the opponent's synthetic solutions.")
-
-
-class CureConfig(_Section):
-    """Code co-training (`recipe: cure`, `cure_label_free`): a coder and a unit tester, one model in two
-    prompts (CURE's default) or two models."""
-
-    n_tests: int = Field(8, ge=2, description="Unit tests the tester writes per problem (its GRPO group).")
-    test_max_new_tokens: int = Field(32, ge=1, description="Length limit of a generated test.")
-    post_stage: bool = Field(False, description="CURE's later-stage tester reward: all-or-nothing scales.")
-    train_tester: bool = Field(True, description="Train the tester role (false: the coder alone, as GRPO).")
-    two_models: bool = Field(False, description=(
-        "A separate tester model with its own optimizer (false: one model in two role prompts, CURE's default)."))
-    tester_warmup_steps: int = Field(0, ge=0, description=(
-        "cure: SFT steps teaching the tester the test notation on ground-truth tests (labels; none in cure_label_free)."))
-    eval_problems: int = Field(100, ge=1, description="Problems per split in the final CURE evaluation.")
-    eval_codes: int = Field(8, ge=1, description="Codes sampled per problem in the CURE evaluation (Best-of-N's N).")
-    eval_tests: int = Field(8, ge=1, description="Tests generated per problem in the CURE evaluation.")
-
-
-class SafeguardConfig(_Section):
+class SafeguardConfig(Section):
     """Label-free recipes (`consistency`, `triad`, `reliability`): shrink or skip the solver's updates when
     label-free signals say its judge cannot be trusted (rl/safeguard.py)."""
 
@@ -526,7 +336,7 @@ class SafeguardConfig(_Section):
         return self
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     """What is evaluated, on how many problems, during training and at its end."""
 
     splits: list[str] = Field(["test", "ood"], min_length=1, description=(
@@ -552,14 +362,14 @@ class EvalConfig(_Section):
         return self
 
 
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     """When a run saves what a resume needs, and how many such checkpoints it keeps."""
 
     every: int = Field(50, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
     keep_last: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
 
 
-class LogConfig(_Section):
+class LogConfig(Section):
     """Where a run's metrics go besides metrics.jsonl, how often, and what it draws at its end."""
 
     every: int = Field(1, ge=1, description="Write metrics every N steps.")
@@ -575,7 +385,7 @@ class LogConfig(_Section):
         "Draw the run's plots (curves.png, eval.png, ...) when it ends; `cotrain plot RUN_DIR` draws them any time."))
 
 
-class AlarmConfig(_Section):
+class AlarmConfig(Section):
     """Alarms raised while training (runs/alarms.py): printed once, logged as `alarm/<name>`, never acted on."""
 
     enabled: bool = Field(True, description="Watch the logged metrics and raise alarms.")
@@ -592,7 +402,7 @@ class AlarmConfig(_Section):
         "early_stopping: the share of samples that stop early above its start's by more than this."))
 
 
-class RolloutConfig(_Section):
+class RolloutConfig(Section):
     """Which engine samples the generator's rollouts (its training samples in grpo, tango,
     frozen_verifier and consistency; verifications, evaluation and self-play always use the HF path)."""
 
@@ -613,7 +423,10 @@ class RolloutConfig(_Section):
         return self
 
 
-class RunConfig(_Section):
+class _RunConfig(Section):
+    """The run config's own keys and the sections every recipe shares; `RunConfig` adds each recipe's own
+    section, declared beside it (`recipes/<module>_spec.py`)."""
+
     recipe: str = Field("grpo", description="Training loop to run: one of `cotrain recipes`.")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="The one seed; every random choice derives from it.")
     out_dir: str | None = Field(None, description="Run directory (the CLI's --out overrides it).")
@@ -624,16 +437,7 @@ class RunConfig(_Section):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     cotraining: CoTrainingConfig = Field(default_factory=CoTrainingConfig)
-    consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
-    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     selfplay: SelfPlayConfig = Field(default_factory=SelfPlayConfig)
-    reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
-    cure: CureConfig = Field(default_factory=CureConfig)
-    prime: PrimeConfig = Field(default_factory=PrimeConfig)
-    spin: SpinConfig = Field(default_factory=SpinConfig)
-    mars: MarsConfig = Field(default_factory=MarsConfig)
-    vstar: VstarConfig = Field(default_factory=VstarConfig)
-    self_rewarding: SelfRewardingConfig = Field(default_factory=SelfRewardingConfig)
     safeguard: SafeguardConfig = Field(default_factory=SafeguardConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -716,6 +520,11 @@ class RunConfig(_Section):
         """What the library's session and evaluations read of this config, unpacked once."""
         return RunSettings(self.train, self.log, self.checkpoint, self.eval, self.alarms, self.model.dtype,
                            self.grpo.max_new_tokens, self.verifier.max_new_tokens, RECIPES[self.recipe].label_free)
+
+
+RunConfig = create_model("RunConfig", __base__=_RunConfig, __module__=__name__, __doc__=(
+    "A run's whole config: the shared sections, then each recipe's own (`cotrain keys` lists every key)."),
+    **{name: (section, Field(default_factory=section)) for name, section in recipe_sections().items()})
 
 
 @dataclass

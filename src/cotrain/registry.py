@@ -1,10 +1,10 @@
 """The recipes `cotrain run` knows: each name, the file under `cotrain/recipes/` that runs it, and what
 the rest of the tool needs to know of it (the config's checks, `cotrain check`).
 
-Adding a recipe is one file `recipes/<name>.py` with `run(cfg, run_dir, resume)` plus one line in
-`RECIPES`; `cotrain recipes` and `cotrain run --help` list every recipe with the first line of its
-file's docstring, and the plots draw the panels its `PANELS` declares (both read from the source, so
-neither imports a recipe). See docs/new_recipe.md.
+Adding a recipe is one file `recipes/<name>.py` with `run(cfg, run_dir, resume)`, its declaration
+`recipes/<name>_spec.py` (flags, variants, config section) and its name in `MODULES`; `cotrain recipes` and
+`cotrain run --help` list every recipe with the first line of its file's docstring, and the plots draw the
+panels its `PANELS` declares (both read from the source, so neither imports a recipe). See docs/new_recipe.md.
 """
 from __future__ import annotations
 
@@ -16,51 +16,37 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from cotrain.declare import CO_TRAINING, SELF_PLAY, Recipe  # noqa: F401 (read from here too)
+
 RECIPE_DIR = Path(__file__).parent / "recipes"
 
 
-@dataclass(frozen=True)
-class Recipe:
-    module: str                 # recipes/<module>.py runs it
-    roles: tuple[str, ...] = ("generator",)  # the roles it trains (`cotrain check` builds their models)
-    label_free: bool = False    # its training path never sees a ground-truth answer
-    vllm: bool = False          # its generator's rollouts can run on a vLLM engine (rollout.engine: vllm)
-    fsdp: bool = True           # it supports train.fsdp
-    summary: str | None = None  # a variant's own line (else the first line of its file's docstring)
-    labels: str = "outcomes"    # the labels its training reads (the comparison tables' column)
-    step_verdicts: bool = False  # its generator's process reward reads step verdicts (verifier.source can stand in)
-    control: bool = False       # it trains one model on labels alone: a study's control, never a co-training arm
-    groups: bool = True         # it samples groups of completions (grpo.group_size divides its batch); sft does not
-    rewards_every_verdict: bool = False  # its reward reads the verifier's verdict on every sample (verify_groups: all)
-    guarded: bool = False       # the safeguard (safeguard.enabled) can guard it
-    custom_reward: bool = False  # its training reward can be a user's function (task.reward)
+MODULES = ("sft", "grpo", "tango", "consistency", "triad", "reliability", "prime", "spin", "mars", "vstar",
+           "self_rewarding", "cure")
+"""Every recipe file under recipes/, in the order `cotrain recipes` lists them. Adding a recipe to the project is
+its name here; what it is (its flags, its variants, its config section) is declared in `recipes/<module>_spec.py`."""
 
 
-CO_TRAINING = ("generator", "verifier")
-SELF_PLAY = ("proposer", "solver", "judge")  # the solver is the generator; one model may play all three
+def _declaration(module: str) -> ModuleType:
+    """`recipes/<module>_spec.py`: the recipe's declaration, free of torch (`RECIPES`, and `SECTIONS` where
+    it has settings of its own)."""
+    return importlib.import_module(f"cotrain.recipes.{module}_spec")
 
-RECIPES: dict[str, Recipe] = {
-    "sft": Recipe("sft", labels="reference solutions", control=True, groups=False),
-    "grpo": Recipe("grpo", vllm=True, control=True, custom_reward=True),
-    "tango": Recipe("tango", roles=CO_TRAINING, vllm=True, labels="outcomes; the verifier's warm-up: process labels",
-                    step_verdicts=True),
-    "frozen_verifier": Recipe("tango", roles=CO_TRAINING, vllm=True, summary=(
-        "RL Tango's baseline: the verifier warmed up, then frozen; only the generator trains."),
-        labels="outcomes; the verifier's warm-up: process labels", step_verdicts=True),
-    "consistency": Recipe("consistency", roles=CO_TRAINING, label_free=True, vllm=True, labels="none (a given verifier)",
-                          rewards_every_verdict=True, guarded=True),
-    "triad": Recipe("triad", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none", guarded=True),
-    "reliability": Recipe("reliability", roles=SELF_PLAY, label_free=True, fsdp=False, labels="none", guarded=True),
-    "prime": Recipe("prime", fsdp=False),
-    "spin": Recipe("spin", fsdp=False, labels="reference solutions"),
-    "mars": Recipe("mars", fsdp=False, labels="outcomes; the roles' warm-up: reference solutions"),
-    "vstar": Recipe("vstar", roles=CO_TRAINING, fsdp=False, labels="outcomes (correct and incorrect samples)"),
-    "self_rewarding": Recipe("self_rewarding", fsdp=False, labels="its judge's warm-up: process labels; then none"),
-    "cure": Recipe("cure", fsdp=False, labels="unit tests; the tester's warm-up: reference tests"),
-    "cure_label_free": Recipe("cure", label_free=True, fsdp=False, summary=(
-        "CURE without labels: the generated unit tests stand in for the ground-truth ones on the training path."),
-        labels="none (generated tests)"),
-}
+
+RECIPES: dict[str, Recipe] = {name: recipe for module in MODULES for name, recipe in _declaration(module).RECIPES.items()}
+"""Every recipe name, with what the rest of the tool needs to know of it (`declare.Recipe`)."""
+
+
+def recipe_sections() -> dict[str, type]:
+    """{section name: its class} of every recipe's own config section, in registry order (config.py adds each
+    to the run config after the shared sections)."""
+    out: dict[str, type] = {}
+    for module in MODULES:
+        for name, section in getattr(_declaration(module), "SECTIONS", {}).items():
+            if name in out:
+                raise ValueError(f"config section {name!r} is declared twice (recipes/{module}_spec.py)")
+            out[name] = section
+    return out
 
 
 @dataclass(frozen=True)
