@@ -538,11 +538,11 @@ def test_shared_runs_finds_ten_lines_two_files_share():
     assert shared_runs({"a.py": same, "b.py": ["    " + line for line in same]}) == []  # another depth
 
 
-SHARED_RUN_LIMIT = 2
+SHARED_RUN_LIMIT = 0
 """Places where two recipes' code (below their docstrings and imports) shares 10 non-blank lines to the letter:
-the number may only fall. The setup the self-play recipes repeated is one call (`open_selfplay`); what is left is
-an evaluation-log-checkpoint tail (reliability, triad) and a generator-update-then-verifier-steps block
-(consistency, tango). Rows alike only in shape (two roles' loops written out) may stay."""
+none. What the recipes repeated is one call each: the self-play setup (`open_selfplay`), its step's end and its
+finish (`SelfPlayRun.end_step`, `.finish`), a step's generator rollout with its accounting (`Sampler.batch`,
+`Compute.add_rollout`). Rows alike only in shape (two roles' loops written out) may stay."""
 
 
 def test_few_places_where_two_recipes_share_ten_lines_to_the_letter():

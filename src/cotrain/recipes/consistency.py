@@ -50,7 +50,7 @@ from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics
 from cotrain.train.safeguard import Safeguard, verifier_judge
 from cotrain.train.setup import (
     build_task,
@@ -58,7 +58,6 @@ from cotrain.train.setup import (
     initial_model,
     initial_verifier,
     make_optimizer,
-    sample_batch,
     training_pool,
 )
 from cotrain.train.update import generator_update
@@ -121,20 +120,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- generator rollout
-        prompt_problems = sample_batch(pool, n_prompts, cfg.seed, step)                # [B]
-        problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
-        ro, texts = sampler.groups(model, tokenizer, [p.question for p in prompt_problems], g,
-                                   seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
-        forward, generated = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=generated)
-        timer.lap("gen", generated)
+        problems, ro, texts, generated = sampler.batch(model, tokenizer, pool, n_prompts, g, step, compute, timer,
+                                                       seed=cfg.seed, bf16=cfg.train.bf16)  # [B*G], groups contiguous
 
         # -------------------------------------------------------------- verification of every sample
         vro, parsed, distinct = verify_samples(verifier, vtok, [p.question for p in problems], texts, v,
                                                seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16)
-        forward, verified = rollout_tokens(vro)
-        compute.add("ver", forward=forward)
-        timer.lap("verify", verified)
+        timer.lap("verify", compute.add_rollout("ver", vro, generated=False))
 
         # -------------------------------------------------------------- pseudo-labels, rewards and advantages
         labels = pseudo(texts, problems, g.group_size)                                     # [B*G]
@@ -153,10 +145,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         compute.add("gen", trained=trained)
         timer.lap("update", trained)
 
-        # -------------------------------------------------------------- verifier steps
+        # -------------------------------------------------------------- verifier steps: Nv after every Ng generator steps
         ver_metrics: list[dict] = []
-        if not frozen and step % tg.gen_steps == 0:
-            ver_metrics = [ver_rl.step() for _ in range(tg.ver_steps)]
+        for _ in range(tg.ver_steps if not frozen and step % tg.gen_steps == 0 else 0):
+            batch = ver_rl.sample()                    # fresh solutions, each labelled by its group's majority answer
+            if not batch.solutions:                    # no group had a majority: nothing to train on
+                ver_metrics.append({"ver/labelled": 0.0})
+                continue
+            vro, vparsed = ver_rl.verify(batch)                   # Gv sampled verifications of each: its groups
+            vrewards, vadv = ver_rl.advantages(batch, vparsed)    # 1[verdict == pseudo-label] + w_format format, by class
+            vst = ver_rl.update(vro, vadv)                        # GRPO's update of the verifier
+            ver_metrics.append(ver_rl.metrics(batch, vro, vparsed, vrewards, vst))
+        if ver_metrics:
             timer.lap("ver_update")
 
         # -------------------------------------------------------------- log / eval / checkpoint
@@ -165,18 +165,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **label_free_monitors(labels, parsed, truth_of(texts, problems), [task.extract_answer(t) for t in texts],
                                   g.group_size, getattr(task, "answers_equal", None)),
             **rollout_metrics("gen", ro),
-            "gen/lr": sched.get_last_lr()[0],
-            "gen/alpha": alpha,
+            "gen/lr": sched.get_last_lr()[0], "gen/alpha": alpha,
             "gen/process_usable": sum(r is not None for r in s_rewards) / len(s_rewards),
             "gen/adv_process_abs": masked_mean(process_adv.abs(), ro.completion_mask).item(),
             **{f"gen/{k}": x for k, x in st.items() if "tokens" not in k},
-            "cotrain/format": sum(x.format for x in parsed) / len(parsed),
-            "cotrain/distinct_verified": distinct,
-            "tokens/gen_generated": generated,
-            "tokens/gen_trained": st["tokens_trained"],
-            **mean_metrics(ver_metrics),
-            **safeguard.metrics(),
-            **compute.metrics(),
+            "cotrain/format": sum(x.format for x in parsed) / len(parsed), "cotrain/distinct_verified": distinct,
+            "tokens/gen_generated": generated, "tokens/gen_trained": st["tokens_trained"],
+            **mean_metrics(ver_metrics), **safeguard.metrics(), **compute.metrics(),
         }
         if cfg.eval.every and step % cfg.eval.every == 0:
             metrics.update(eval_during_training(session, model, tokenizer, task))

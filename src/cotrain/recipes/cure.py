@@ -62,7 +62,7 @@ from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import Problem, blind
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import Sampler, rollout_metrics, rollout_tokens
+from cotrain.train.rollout import Sampler, rollout_metrics
 from cotrain.train.setup import (
     build_task,
     derive_seed,
@@ -118,10 +118,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         ro, codes = sampler.groups(model, tokenizer, questions, g, seed=derive_seed(cfg.seed, "rollout", step),
                                    bf16=cfg.train.bf16)                                  # [B*G]
         tro, tests = sample_tests(cfg, tester, ttok, task, questions, c.n_tests, derive_seed(cfg.seed, "tests", step))
-        for role, r in (("gen", ro), (trole, tro)):
-            forward, generated = rollout_tokens(r)
-            compute.add(role, forward=forward, generated=generated)
-        timer.lap("gen", rollout_tokens(ro)[1] + rollout_tokens(tro)[1])
+        timer.lap("gen", compute.add_rollout("gen", ro) + compute.add_rollout(trole, tro))
 
         # -------------------------------------------------------------- execution matrix (sandbox) and rewards
         G, M = g.group_size, c.n_tests

@@ -44,10 +44,9 @@ from cotrain.train.rollout import (
     early_stop_metrics,
     reward_metrics,
     rollout_metrics,
-    rollout_tokens,
     step_shape_metrics,
 )
-from cotrain.train.setup import (build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool,
+from cotrain.train.setup import (build_task, initial_model, make_optimizer, training_pool,
                                  training_reward)
 from cotrain.train.update import generator_update
 
@@ -77,13 +76,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- rollout
-        prompt_problems = sample_batch(pools[level], n_prompts, cfg.seed, step)        # [B]
-        problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
-        ro, texts = sampler.groups(model, tokenizer, [p.question for p in prompt_problems], g,
-                                   seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
-        forward, generated = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=generated)
-        timer.lap("gen", generated)
+        problems, ro, texts, generated = sampler.batch(model, tokenizer, pools[level], n_prompts, g, step, compute, timer,
+                                                       seed=cfg.seed, bf16=cfg.train.bf16)  # [B*G], groups contiguous
 
         # -------------------------------------------------------------- reward and advantage
         # graded once per sample across processes: every rank gets the same rewards, time limits or not

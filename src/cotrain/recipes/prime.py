@@ -63,7 +63,7 @@ from cotrain.runs.policy import Policy
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import Task
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.rollout import Sampler, reward_metrics, rollout_metrics
 from cotrain.train.setup import build_task, derive_seed, initial_model, make_optimizer, sample_batch, training_pool
 from cotrain.train.update import generator_update, optimizer_step, rollout_logprobs, zero_grads
 
@@ -100,8 +100,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         drawn = sample_batch(pool, n_drawn, cfg.seed, step)                             # [B']
         ro, texts = sampler.groups(model, tokenizer, [q.question for q in drawn], g,
                                    seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
-        forward, generated = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=generated)  # the samples filtered out count too
+        generated = compute.add_rollout("gen", ro)  # the samples filtered out count too
         problems = [q for q in drawn for _ in range(g.group_size)]
         rewards = torch.tensor(dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems))))  # [B'*G]
         kept, passed = accuracy_filter(rewards.view(-1, g.group_size).mean(dim=1).tolist(),

@@ -49,15 +49,13 @@ from __future__ import annotations
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_at_start, eval_during_training
+from cotrain.eval.during import eval_at_start
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.judge_reliability import passes_thresholds, reliability_reward, reliability_signals
 from cotrain.rl.majority import majority_vote
 from cotrain.rl.preference import dpo_loss, preference_pairs, ranking_loss
-from cotrain.runs.session import finish, log_step, maybe_checkpoint
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import rollout_tokens
 from cotrain.train.selfplay import (
     gt_correct,
     judge,
@@ -166,17 +164,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **safeguard.metrics(),
             **compute.metrics(),
         }
-        if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(session, solver, tok, task))
-            solver.train()
-            timer.lap("eval")
-        metrics.update(timer.metrics())
-        log_step(session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
-        maybe_checkpoint(session, step, m.roles, extra=run.state())
+        run.end_step(step, metrics, timer, task, cfg.eval.every)   # evaluation when due, the row, the checkpoint
 
-    others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}
-    return finish(session, solver, tok, task, cfg.train.steps, other_models=others,
-                  other_results={"compute": compute.summary()})
+    return run.finish(task, cfg.train.steps)
 
 
 # ---------------------------------------------------------------------- candidates from the sampling regimes
@@ -208,9 +198,9 @@ def _candidates(cfg: RunConfig, task, solver, tok, older, questions: list[str], 
         ro = generate(model, prompts, group_size=n, max_new_tokens=g.max_new_tokens, eos_id=tok.eos_token_id,
                       pad_id=tok.pad_token_id, temperature=temperature, seed=derive_seed(cfg.seed, "candidates", r, step),
                       bf16=cfg.train.bf16)
-        compute.add("gen", forward=rollout_tokens(ro)[0])
+        sampled = compute.add_rollout("gen", ro, generated=False)  # forward passes alone: not counted as generated
         decoded = decode_completions(tok, ro.completion_ids, ro.completion_mask)
-        timer.lap("gen", rollout_tokens(ro)[1])
+        timer.lap("gen", sampled)
         for i in range(len(questions)):
             texts[i] += decoded[i * n:(i + 1) * n]
         strong += [is_strong] * n
@@ -219,9 +209,9 @@ def _candidates(cfg: RunConfig, task, solver, tok, older, questions: list[str], 
         ro = generate(solver, prompts, group_size=rel.n_best_of * N, max_new_tokens=g.max_new_tokens,
                       eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.0,
                       seed=derive_seed(cfg.seed, "best-of", step), bf16=cfg.train.bf16)
-        compute.add("gen", forward=rollout_tokens(ro)[0])
+        sampled = compute.add_rollout("gen", ro, generated=False)
         decoded = decode_completions(tok, ro.completion_ids, ro.completion_mask)
-        timer.lap("gen", rollout_tokens(ro)[1])
+        timer.lap("gen", sampled)
         answers = [task.extract_answer(t) for t in decoded]
         majorities, _ = majority_vote(answers, N)
         for b, majority in enumerate(majorities):

@@ -58,7 +58,7 @@ from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import rollout_metrics, rollout_tokens
+from cotrain.train.rollout import rollout_metrics
 from cotrain.train.selfplay import gt_correct
 from cotrain.train.setup import (
     build_task,
@@ -126,20 +126,18 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                       temperature=g.temperature, top_p=g.top_p, seed=derive_seed(cfg.seed, "rollout", step),
                       bf16=cfg.train.bf16)
         texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        forward, generated = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=generated)
+        generated = compute.add_rollout("gen", ro)
         timer.lap("gen", generated)
 
         # -------------------------------------------------------------- judge: the model scores its own samples
         jro, _, verdicts = verify(model, tokenizer, questions, texts, greedy=True,
                                   max_new_tokens=cfg.verifier.max_new_tokens, bf16=cfg.train.bf16)
-        forward, generated = rollout_tokens(jro)
-        compute.add("ver", forward=forward, generated=generated)
+        judged = compute.add_rollout("ver", jro)
         scores = [verifier_score(v) for v in verdicts]                                           # [B*G]
         G = g.group_size
         pairs = [(b * G + i, b * G + j) for b in range(n_prompts)
                  for i, j in preference_pairs(scores[b * G:(b + 1) * G], sr.min_gap)]
-        timer.lap("judge", generated)
+        timer.lap("judge", judged)
 
         # -------------------------------------------------------------- DPO on (best, worst), M_t the reference
         zero_grads(model)

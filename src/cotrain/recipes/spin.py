@@ -41,7 +41,6 @@ from cotrain.rl.preference import spin_loss
 from cotrain.runs.policy import Policy
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import rollout_tokens
 from cotrain.train.setup import (
     build_task,
     derive_seed,
@@ -93,8 +92,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                       eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=sp.temperature,
                       seed=derive_seed(cfg.seed, "opponent", step), bf16=cfg.train.bf16)
         synthetic = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        forward, generated = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=generated)
+        generated = compute.add_rollout("gen", ro)
         timer.lap("gen", generated)
 
         # -------------------------------------------------------------- SPIN's loss and one step

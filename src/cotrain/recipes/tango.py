@@ -90,14 +90,13 @@ from cotrain.runs.rundir import list_checkpoints
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.progress import progress_monitors, progress_term
-from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics, rollout_tokens
+from cotrain.train.rollout import Sampler, complete_solutions, reward_metrics, rollout_metrics
 from cotrain.train.setup import (
     build_task,
     derive_seed,
     initial_model,
     initial_verifier,
     make_optimizer,
-    sample_batch,
     training_pool,
 )
 from cotrain.train.update import generator_update
@@ -162,17 +161,13 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         warm_up(session, roles, task, pool, ver_rl, eval_verifier)
 
     sampler = Sampler(cfg.rollout, cfg.model, cfg.init, cfg.seed, model, tokenizer, session.run_dir)
+    n_prompts = cfg.train.batch_size // g.group_size
     eval_at_start(session, model, tokenizer, task)
     for step in range(session.start_step + 1, cfg.train.steps + 1):
         timer = StepTimer()
         # -------------------------------------------------------------- generator rollout
-        prompt_problems = sample_batch(pool, cfg.train.batch_size // g.group_size, cfg.seed, step)   # [B]
-        problems = [p for p in prompt_problems for _ in range(g.group_size)]          # [B*G], groups contiguous
-        ro, texts = sampler.groups(model, tokenizer, [p.question for p in prompt_problems], g,
-                                   seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)
-        forward, generated = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=generated)
-        timer.lap("gen", generated)
+        problems, ro, texts, generated = sampler.batch(model, tokenizer, pool, n_prompts, g, step, compute, timer,
+                                                       seed=cfg.seed, bf16=cfg.train.bf16)  # [B*G], groups contiguous
 
         # -------------------------------------------------------------- verification of every sample
         correct = grade(texts, problems)
@@ -180,9 +175,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         vro, parsed, distinct = (None, None, 0.0) if rollouts else verdicts_on_samples(
             None if oracle else (verifier, vtok), task, problems, texts, correct, v, rollout=ro,
             seed=derive_seed(cfg.seed, "verify", step), bf16=cfg.train.bf16, needed=judged)  # oracle: the task's (no rollout)
-        forward, verified = rollout_tokens(vro) if vro is not None else (0, 0)
-        compute.add("ver", forward=forward)
-        timer.lap("verify", verified)
+        timer.lap("verify", compute.add_rollout("ver", vro, generated=False) if vro is not None else 0)
 
         # -------------------------------------------------------------- rewards and advantages
         complete = complete_solutions(task, problems, texts)

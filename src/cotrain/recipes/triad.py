@@ -50,14 +50,13 @@ from __future__ import annotations
 import torch
 
 from cotrain.config import RunConfig
-from cotrain.eval.during import eval_at_start, eval_during_training
+from cotrain.eval.during import eval_at_start
 from cotrain.models.generate import generate
 from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import group_advantages
 from cotrain.rl.mae import learnability_reward, mae_proposer_reward, mae_solver_reward, role_advantages
-from cotrain.runs.session import finish, log_step, maybe_checkpoint
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import rollout_metrics, rollout_tokens
+from cotrain.train.rollout import rollout_metrics
 from cotrain.train.selfplay import (
     gt_correct,
     judge,
@@ -99,8 +98,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
         sro = generate(solver, encode_generator_prompts(tok, questions), group_size=G, max_new_tokens=g.max_new_tokens,
                        eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=g.temperature, top_p=g.top_p,
                        seed=derive_seed(cfg.seed, "solve", step), bf16=cfg.train.bf16)
-        forward, generated = rollout_tokens(sro)
-        compute.add("gen", forward=forward, generated=generated)
+        generated = compute.add_rollout("gen", sro)
         answers = decode_completions(tok, sro.completion_ids, sro.completion_mask)
         timer.lap("gen", generated)
 
@@ -155,17 +153,9 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             **safeguard.metrics(),
             **compute.metrics(),
         }
-        if cfg.eval.every and step % cfg.eval.every == 0:
-            metrics.update(eval_during_training(session, solver, tok, task))
-            solver.train()
-            timer.lap("eval")
-        metrics.update(timer.metrics())
-        log_step(session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
-        maybe_checkpoint(session, step, m.roles, extra=run.state())
+        run.end_step(step, metrics, timer, task, cfg.eval.every)   # evaluation when due, the row, the checkpoint
 
-    others = {} if sp.shared_model else {"proposer": m.proposer, "judge": m.judge}
-    return finish(session, solver, tok, task, cfg.train.steps, other_models=others,
-                  other_results={"compute": compute.summary()})
+    return run.finish(task, cfg.train.steps)
 
 
 def _solver_and_judge_backward(cfg: RunConfig, m, sro, rewards: torch.Tensor, jro, judge_rewards: torch.Tensor,

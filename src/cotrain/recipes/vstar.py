@@ -53,7 +53,7 @@ from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import resolve_model_dir
 from cotrain.runs.session import finish, log_step, maybe_checkpoint, open_session
 from cotrain.train.compute import Compute, StepTimer
-from cotrain.train.rollout import rollout_metrics, rollout_tokens
+from cotrain.train.rollout import rollout_metrics
 from cotrain.train.setup import (
     build_task,
     derive_seed,
@@ -100,8 +100,7 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
                       eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=g.temperature,
                       top_p=g.top_p, seed=derive_seed(cfg.seed, "rollout", step), bf16=cfg.train.bf16)  # [B*G]
         texts = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        forward, generated = rollout_tokens(ro)
-        compute.add("gen", forward=forward, generated=generated)
+        generated = compute.add_rollout("gen", ro)
         timer.lap("gen", generated)
 
         # -------------------------------------------------------------- label: correctness

@@ -7,6 +7,7 @@ import time
 import torch
 
 from cotrain import dist
+from cotrain.train.rollout import rollout_tokens
 
 
 def flops_estimate(n_params: int, forward_tokens: int, trained_tokens: int) -> float:
@@ -27,6 +28,14 @@ class Compute:
         t["forward"] += forward
         t["trained"] += trained
         t["generated"] += generated
+
+    def add_rollout(self, role: str, ro, generated: bool = True) -> int:
+        """Count a rollout as `role`'s work: its tokens run forward (each prompt's prefill once per group, plus the
+        samples) and, unless `generated` is False (a verifier's verdicts, counted as forward passes alone), its
+        samples as generated. Returns the tokens it sampled, for the step's timer."""
+        forward, sampled = rollout_tokens(ro)
+        self.add(role, forward=forward, generated=sampled if generated else 0)
+        return sampled
 
     def flops(self, role: str) -> float:
         return flops_estimate(self.n_params[role], self.tokens[role]["forward"], self.tokens[role]["trained"])

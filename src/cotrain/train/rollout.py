@@ -13,7 +13,7 @@ from cotrain.models.prompts import decode_completions, encode_generator_prompts
 from cotrain.rl.losses import masked_mean
 from cotrain.roles.verifier import split_steps
 from cotrain.runs.rundir import resolve_model_dir
-from cotrain.train.setup import derive_seed
+from cotrain.train.setup import derive_seed, sample_batch
 
 
 class Sampler:
@@ -69,6 +69,19 @@ class Sampler:
         if self.sleeps:
             self.engine.sleep(level=2)
         return ro
+
+    def batch(self, model, tokenizer, pool: list, n_prompts: int, g: GrpoConfig, step: int, compute, timer, *,
+              seed: int, bf16: bool = False) -> tuple[list, Rollout, list[str], int]:
+        """A step's generator rollout: `n_prompts` problems of `pool` drawn for (seed, step) (`sample_batch`: a
+        resumed run redraws the same), `g.group_size` samples of each (`groups`), counted as the generator's in
+        `compute` (a `Compute`) and timed as the `timer`'s phase "gen". Returns (problems, rollout, texts, tokens
+        sampled), the problems repeated to one per sample, groups contiguous."""
+        prompt_problems = sample_batch(pool, n_prompts, seed, step)                   # [B]
+        ro, texts = self.groups(model, tokenizer, [p.question for p in prompt_problems], g,
+                                seed=derive_seed(seed, "rollout", step), bf16=bf16)
+        generated = compute.add_rollout("gen", ro)
+        timer.lap("gen", generated)
+        return [p for p in prompt_problems for _ in range(g.group_size)], ro, texts, generated  # [B*G]
 
     def groups(self, model, tokenizer, questions: list[str], g: GrpoConfig, *, seed: int,
                bf16: bool = False) -> tuple[Rollout, list[str]]:

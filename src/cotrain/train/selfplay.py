@@ -22,6 +22,7 @@ from cotrain.config import (
     TrainConfig,
     VerifierConfig,
 )
+from cotrain.eval.during import eval_during_training
 from cotrain.eval.metrics import majority_gap
 from cotrain.eval.verifier_metrics import verifier_gap
 from cotrain.models.build import load_model, load_weights, prepare_for_training, save_model
@@ -33,7 +34,7 @@ from cotrain.roles import proposer as proposer_role
 from cotrain.roles.verifier import Verification
 from cotrain.runs.policy import Policy
 from cotrain.runs.rundir import Progress, list_checkpoints, resolve_model_dir
-from cotrain.runs.session import Session, maybe_checkpoint, open_session
+from cotrain.runs.session import Session, finish, log_step, maybe_checkpoint, open_session
 from cotrain.tasks.base import blind
 from cotrain.train.compute import Compute, StepTimer
 from cotrain.train.rollout import rollout_metrics, rollout_tokens
@@ -112,6 +113,26 @@ class SelfPlayRun:
         rng = random.Random(derive_seed(self.at["seed"], "questions", step))
         props = propose(sp, task, self.m.proposer, rng.choice(self.seeds), self.compute, step, timer, **self.at)
         return props, props.fresh + [rng.choice(self.buffer) for _ in range(max(0, n - len(props.fresh)))]
+
+    def end_step(self, step: int, metrics: dict, timer: StepTimer, task, eval_every: int) -> None:
+        """A step's last phase: the solver's evaluation when due (every `eval_every` steps), the step's timings, its
+        row logged (the progress line: the proposer's valid share, the solver's judge score) and checkpointed
+        when due."""
+        solver, tok = self.m.solver
+        if eval_every and step % eval_every == 0:
+            metrics.update(eval_during_training(self.session, solver, tok, task))
+            solver.train()
+            timer.lap("eval")
+        metrics.update(timer.metrics())
+        log_step(self.session, step, metrics, {"valid": metrics["prop/valid"], "judge": metrics["gen/judge_score"]})
+        maybe_checkpoint(self.session, step, self.m.roles, extra=self.state())
+
+    def finish(self, task, step: int) -> dict:
+        """The run's end (`runs.session.finish`): the solver saved and evaluated, the proposer and the judge saved
+        beside it where they are models of their own, the compute ledger in eval.json."""
+        others = {role: getattr(self.m, role) for role in ("proposer", "judge") if role in self.m.roles}
+        return finish(self.session, *self.m.solver, task, step, other_models=others,
+                      other_results={"compute": self.compute.summary()})
 
 
 def open_selfplay(sp: SelfPlayConfig, v: VerifierConfig, guard: SafeguardConfig, mcfg: ModelConfig, init: str | None,
