@@ -447,3 +447,20 @@ def test_a_run_is_evaluated_and_resumed_from_another_directory(tmp_path, monkeyp
     assert out["task"]["splits"] == {"train": str(home / "train.jsonl"), "test": {"path": str(home / "test.jsonl")},
                                      "ood": "data:x.jsonl"}
     assert out["init"] == "missing/dir" and out["model"]["path"] == "org/hub-model" and raw["task"]["splits"]["train"] == "train.jsonl"
+
+
+def test_results_print_rates_to_three_places_and_flops_as_powers_of_ten(capsys):
+    from cotrain.cli import _print_results
+
+    _print_results("r", {"generator": {"test": {"pass@1": 0.4375, "n": 16}},
+                         "compute": {"gen": {"flops": 27404722176.0}}})
+    assert capsys.readouterr().out.splitlines() == ["r  generator/test: pass@1=0.438", "r  compute/gen: flops=2.7e10"]
+
+
+def test_an_out_that_holds_a_run_is_one_sentence_before_anything_loads(tmp_path, capsys):
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step_1").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert main(["run", str(REPO / "configs" / "smoke.yaml"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"cotrain: error: run directory {out} already holds a run: pass --resume to continue it, or choose another --out"

@@ -226,3 +226,20 @@ def test_sft_stops_at_target_accuracy_and_resume_keeps_it_stopped(tmp_path):
     sft.run(build_config(raw), tmp_path, resume=True)
     assert max(r["step"] for r in _rows(tmp_path)) == stopped_at
     assert (tmp_path / "eval.json").read_text() == before
+
+
+def test_the_final_and_larger_evaluations_show_a_progress_line(tmp_path, capsys):
+    """The evaluations after training count their completions on a progress line of their own (a SmolLM2 run's
+    final evaluation was silent for over 85 s)."""
+    from cotrain.eval.evaluate import evaluation_size
+    from cotrain.tasks import make_task
+
+    task = make_task("arith")
+    assert evaluation_size(task, ["test", "ood", "none"], n=5, k=4, n_sampled=2) == 2 * (5 + 2 * 4)
+    assert evaluation_size(task, ["test"], n=5, k=1, n_sampled=2) == 5  # k = 1 samples nothing more
+    cfg = build_config(nano_config("grpo", train={"steps": 1, "batch_size": 8},
+                                   eval={"splits": ["test"], "n": 4, "k": 2, "n_sampled": 2, "larger_n": 6},
+                                   log={"progress": True, "plots": False}))
+    grpo.run(cfg, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert "final evaluation 8/8" in err and "larger evaluation 6/6" in err and "s/completion" in err, err

@@ -1031,3 +1031,20 @@ def test_early_stop_metrics_by_hand():
     got = early_stop_metrics([True, False, False, True, False], [True, True, False, False, False])
     assert got == pytest.approx({"gen/early_stop": 0.6, "gen/early_stop_right": 0.5})
     assert early_stop_metrics([True, False], [False, False]) == {"gen/early_stop": 0.5}
+
+
+def test_a_split_read_twice_in_one_process_reports_its_load_line_once(tmp_path, capfd):
+    """The command line checks the evaluation splits with one instance of the task and the recipe reads them with
+    another: the load line and the overlap warning print once; a file whose bytes changed prints again."""
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text('{"question": "2+2?", "answer": "4"}\n')
+    test.write_text('{"question": "2+2?", "answer": "4"}\n')
+    for _ in range(2):
+        task = JsonlTask(splits={"train": train, "test": test})
+        task.problems("test"), task.problems("train")
+    err = capfd.readouterr().err
+    assert err.count("jsonl: test: 1 problems") == 1 and err.count("jsonl: train: 1 problems") == 1, err
+    assert err.count("also appear in the train split") == 1, err
+    test.write_text('{"question": "3+3?", "answer": "6"}\n')
+    JsonlTask(splits={"train": train, "test": test}).problems("test")
+    assert capfd.readouterr().err.count("jsonl: test: 1 problems") == 1

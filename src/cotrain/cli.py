@@ -55,6 +55,10 @@ def run_config(cfg, out: str | Path | None, resume: bool = False) -> dict:
         raise UserError("no run directory: pass --out DIR or set out_dir in the config")
     cfg.out_dir = str(out)
     _choose_threads(cfg.train.threads, Path(out) if resume else None)  # before torch loads
+    if not resume:
+        from cotrain.runs.rundir import refuse_a_run_there
+
+        refuse_a_run_there(out)  # one sentence now, before the data loads and the recipe starts
     # finished: nothing to resume, nothing re-evaluated (one process: under torchrun every rank must take the
     # same path, and a rank may start after another has written eval.json)
     if resume and (Path(out) / "eval.json").is_file() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -104,10 +108,15 @@ def _exit_without_teardown() -> None:
     os._exit(0)
 
 
+def _number(v: float) -> str:
+    """A result as people read it: 0.438 for a rate, 7.6e10 for a count of FLOPs."""
+    return f"{v:.1e}".replace("e+", "e") if abs(v) >= 1e5 else f"{v:.3f}"
+
+
 def _print_results(run_dir, results: dict) -> None:
     for role, splits in results.items():
         for split, m in splits.items():
-            shown = "  ".join(f"{k}={v:.3f}" for k, v in m.items() if k not in ("n",) and isinstance(v, float))
+            shown = "  ".join(f"{k}={_number(v)}" for k, v in m.items() if k not in ("n",) and isinstance(v, float))
             print(f"{run_dir}  {role}/{split}: {shown}")
 
 

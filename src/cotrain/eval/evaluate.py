@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from collections.abc import Callable
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -18,8 +19,9 @@ OUTCOMES = "outcomes"  # evaluate_split's entry of per-problem outcomes, which `
 
 
 def _complete(model, tokenizer, problems: list[Problem], repeats: int, *, greedy: bool, temperature: float,
-              max_new_tokens: int, batch_size: int, bf16: bool, seed: int | None):
-    """Completions (texts, truncated flags, lengths) of each problem repeated `repeats` times, in order."""
+              max_new_tokens: int, batch_size: int, bf16: bool, seed: int | None, done: Callable | None = None):
+    """Completions (texts, truncated flags, lengths) of each problem repeated `repeats` times, in order; `done(n)`
+    is told of each batch of n completions (a progress line)."""
     prompts = [p for p in encode_generator_prompts(tokenizer, [q.question for q in problems]) for _ in range(repeats)]
     texts, truncated, lengths = [], [], []
     for i in range(0, len(prompts), batch_size):
@@ -29,6 +31,8 @@ def _complete(model, tokenizer, problems: list[Problem], repeats: int, *, greedy
         texts += decode_completions(tokenizer, r.completion_ids, r.completion_mask)
         truncated += r.truncated.tolist()
         lengths += r.lengths.tolist()
+        if done is not None:
+            done(len(prompts[i:i + batch_size]))
     return texts, truncated, lengths
 
 
@@ -42,20 +46,21 @@ def greedy_accuracy(model, tokenizer, task: Task, problems: list[Problem], *, ma
 
 def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, split: str, *,
                    n: int, k: int = 0, n_sampled: int = 0, temperature: float = 1.0, max_new_tokens: int = 48,
-                   batch_size: int = 256, bf16: bool = False, outcomes: bool = False) -> dict:
+                   batch_size: int = 256, bf16: bool = False, outcomes: bool = False, done: Callable | None = None) -> dict:
     """Metrics of one split: pass@1 (greedy) with its 95% Wilson interval, the greedy completions' mean
     length, truncation and format rates (`format_ratio`: a final-answer line, one that starts with `#`,
     as every generator prompt asks: a gain that only comes from answering in the asked form shows
     there), and pass@k, maj@k, the samples' accuracy and gap/majority (maj@k minus that accuracy) from
     k samples of each of n_sampled problems. With `outcomes`, also `OUTCOMES`: each problem's greedy
     outcome in the evaluation's order ("1" right, "0" not) and a hash of its questions, so that two runs
-    can be compared problem by problem (`take_outcomes` lifts it out; every other entry is a number)."""
+    can be compared problem by problem (`take_outcomes` lifts it out; every other entry is a number). `done(n)` is
+    told of every batch of n completions generated (`evaluation_size` counts them all)."""
     problems = task.problems(split, n, seed=EVAL_SEED)
     if not problems:
         raise UserError(f"split '{split}' of task {task.name} has no problems to evaluate")
     texts, truncated, lengths = _complete(model, tokenizer, problems, 1, greedy=True, temperature=1.0,
                                           max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16,
-                                          seed=None)
+                                          seed=None, done=done)
     correct = dist.map_shards(lambda tp: task.grade(*tp), list(zip(texts, problems)))
     lo, hi = wilson_interval(int(sum(c >= 1.0 for c in correct)), len(problems))
     out = {"pass@1": sum(correct) / len(problems), "n": len(problems), "pass@1_ci95_lo": lo, "pass@1_ci95_hi": hi,
@@ -67,7 +72,8 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
     if k >= 2 and n_sampled > 0:  # k = 1 would only repeat pass@1 with sampling noise
         sub = problems[:n_sampled]
         texts, _, _ = _complete(model, tokenizer, sub, k, greedy=False, temperature=temperature,
-                                max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, seed=EVAL_SEED)
+                                max_new_tokens=max_new_tokens, batch_size=batch_size, bf16=bf16, seed=EVAL_SEED,
+                                done=done)
         pk, maj, mean = [], [], []
         for j, p in enumerate(sub):
             group = texts[j * k:(j + 1) * k]
@@ -87,6 +93,16 @@ def evaluate_split(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, t
 def evaluate_generator(model, tokenizer, task: Task, splits: list[str], **kwargs) -> dict[str, dict]:
     """{split: metrics} for the requested splits the task has."""
     return {s: evaluate_split(model, tokenizer, task, s, **kwargs) for s in splits if s in task.splits}
+
+
+def evaluation_size(task: Task, splits: list[str], *, n: int, k: int = 0, n_sampled: int = 0, **_) -> int:
+    """The completions `evaluate_generator` generates with these settings: each split's greedy ones, and k samples
+    of its first n_sampled problems."""
+    total = 0
+    for split in (s for s in splits if s in task.splits):
+        m = len(task.problems(split, n, seed=EVAL_SEED))
+        total += m + (min(n_sampled, m) * k if k >= 2 and n_sampled > 0 else 0)
+    return total
 
 
 def questions_hash(problems: list[Problem]) -> str:

@@ -37,9 +37,16 @@ def prepare_run_dir(path: str | Path, resume: bool = False) -> Path:
         probe.unlink()
     except OSError as err:
         raise UserError(f"cannot write to run directory {path}: {err.strerror or err}") from None
-    if not resume and (path / "metrics.jsonl").exists() and (path / "checkpoints").exists():
-        raise UserError(f"run directory {path} already holds a run: pass --resume to continue it, or choose another --out")
+    if not resume:
+        refuse_a_run_there(path)
     return path
+
+
+def refuse_a_run_there(path: str | Path) -> None:
+    """One line, before anything loads, where a fresh run would write over another run's directory."""
+    path = Path(path)
+    if (path / "metrics.jsonl").exists() and (path / "checkpoints").exists():
+        raise UserError(f"run directory {path} already holds a run: pass --resume to continue it, or choose another --out")
 
 
 def write_json_atomic(path: Path, obj) -> None:
@@ -284,8 +291,8 @@ class Progress:
 
     WIDTH = 120
 
-    def __init__(self, total: int, start: int = 0, enabled: bool = True, desc: str = ""):
-        self.total, self.step, self.enabled, self.desc = total, start, enabled, desc
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, desc: str = "", unit: str = "step"):
+        self.total, self.step, self.enabled, self.desc, self.unit = total, start, enabled, desc, unit
         self.t0, self.s0 = time.time(), start
         self.tty = sys.stderr.isatty()
         self.last_print = 0.0
@@ -301,7 +308,7 @@ class Progress:
         eta = rate * (self.total - step)
         self.shown.update({k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float))})
         shown = " ".join(f"{k}={v:.3g}" for k, v in self.shown.items())
-        line = f"{self.desc} {step}/{self.total} [{_fmt(now - self.t0)}<{_fmt(eta)}, {rate:.2f}s/step] {shown}"
+        line = f"{self.desc} {step}/{self.total} [{_fmt(now - self.t0)}<{_fmt(eta)}, {rate:.2f}s/{self.unit}] {shown}"
         line = line[:self.WIDTH]
         if self.tty:
             sys.stderr.write("\r" + line.ljust(self.WIDTH))
@@ -309,6 +316,10 @@ class Progress:
         elif now - self.last_print > 10 or step == self.total:  # logs: a line every 10 s
             sys.stderr.write(line + "\n")
             self.last_print = now
+
+    def advance(self, n: int) -> None:
+        """`n` more done (a batch of an evaluation's completions)."""
+        self.update(self.step + n)
 
     def close(self) -> None:
         if self.enabled and self.tty:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cotrain import dist, threads
 from cotrain.config import RunSettings, TrainConfig
-from cotrain.eval.evaluate import evaluate_generator, sample_records, take_outcomes
+from cotrain.eval.evaluate import evaluate_generator, evaluation_size, sample_records, take_outcomes
 from cotrain.models.build import load_weights
 from cotrain.precision import dtype_warning, machine, provenance, resolve_bf16
 from cotrain.registry import STUDY
@@ -187,9 +187,15 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     session.progress.close()
     others = {role: (dist.plain_copy(m), tok) for role, (m, tok) in (other_models or {}).items()}
     dist.on_main(_save_final, session.run_dir, dist.plain_copy(model), tokenizer, others)
-    results = {"generator": generator_results if generator_results is not None else
-               evaluate_generator(model, tokenizer, task, s.eval.splits, n=s.eval.n, outcomes=True,
-                                  **s.eval_settings())}
+    if generator_results is None:
+        bar = _evaluation_bar(s, task, "final evaluation", n=s.eval.n, **s.eval_settings())
+        generator_results = evaluate_generator(model, tokenizer, task, s.eval.splits, n=s.eval.n, outcomes=True,
+                                               done=bar.advance, **s.eval_settings())
+        bar.close()
+        evaluated = True
+    else:
+        evaluated = False  # the recipe evaluated its generator in its own way (mars)
+    results = {"generator": generator_results}
     outcomes = take_outcomes(results["generator"])  # each problem's greedy outcome: `outcomes.json`, not eval.json
     results.update(other_results or {})
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
@@ -207,12 +213,21 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     if dist.is_main():  # an earlier final model's larger evaluation would be read as this one's
         shutil.rmtree(session.run_dir / STUDY.larger, ignore_errors=True)
     # the same model on more problems, greedy alone, after eval.json: a kill here costs no run
-    if s.eval.larger_n and generator_results is None:
+    if s.eval.larger_n and evaluated:
+        settings = {**s.eval_settings(), "k": 0, "n_sampled": 0}
+        bar = _evaluation_bar(s, task, "larger evaluation", n=s.eval.larger_n, **settings)
         larger = evaluate_generator(model, tokenizer, task, s.eval.splits, n=s.eval.larger_n, outcomes=True,
-                                    **{**s.eval_settings(), "k": 0, "n_sampled": 0})
+                                    done=bar.advance, **settings)
+        bar.close()
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
     return results
+
+
+def _evaluation_bar(s: RunSettings, task: Task, desc: str, **settings) -> Progress:
+    """The progress line of an evaluation after training, counted in completions (`evaluation_size`)."""
+    return Progress(evaluation_size(task, s.eval.splits, **settings), enabled=s.log.progress and dist.is_main(),
+                    desc=desc, unit="completion")
 
 
 SAMPLES = 8  # greedy completions kept in samples.jsonl for people to read

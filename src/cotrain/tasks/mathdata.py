@@ -239,6 +239,9 @@ FILES_READ: dict[str, str] = {}
 """Every data file this process has read: resolved path -> SHA-256 of its bytes, and every `datasets`
 split: "<dataset>[<config>]:<split>" -> SHA-256 of its rows as JSON lines (a run records them)."""
 
+_REPORTED: set[tuple] = set()
+"""(task, split, file, its SHA-256, its fields) of each split whose load line this process printed: one line each."""
+
 
 def _read_rows(path: Path, task: str, rows: list[dict]) -> list[dict]:
     with path.open("rb") as f:
@@ -564,6 +567,11 @@ class JsonlTask(_FileTask):
         path, mapping = self._files[split], self._mappings[split]
         rows = read_jsonl(path, f"{self.name} ({split} split)", self._hint)
         problems = [self._problem(row, path, mapping) for row in rows]
+        resolved = str(Path(path).resolve())
+        said = (self.name, split, resolved, FILES_READ.get(resolved), repr(sorted(mapping.items())))  # read otherwise: again
+        if said in _REPORTED:  # the same file read again in this process (another instance of the task): said once
+            return problems
+        _REPORTED.add(said)
         print(self._readable_report(split, rows, problems, mapping), file=sys.stderr, flush=True)
         if split != "train" and "train" in self._files:
             overlap = self._overlap(problems)
