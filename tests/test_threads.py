@@ -95,3 +95,20 @@ def test_a_run_says_its_threads_beside_its_precision_and_keeps_them(tmp_path, mo
     assert [err[i].split(":")[0] for i in said] == ["threads", "precision"], err
     assert err[said[0]] == "threads: 1 (1 of 2 cores: a stand-in reason)"
     assert json.loads((tmp_path / "env.json").read_text())["threads_reason"] == "1 of 2 cores: a stand-in reason"
+
+
+def test_the_load_beside_timed_work_and_check_s_note_on_it():
+    """`busy_during` measures what other processes used while the work ran (the cores' time less this process's
+    own), and `cotrain check` notes a load of half a core or more beside its estimate."""
+    cores, own, now = iter([1000, 1000 + 300]), iter([50, 50 + 100]), iter([10.0, 12.0])
+    result, busy = threads.busy_during(lambda: "done", {0, 1}, read_cores=lambda c: next(cores),
+                                       read_own=lambda: next(own), clock=lambda: next(now), hz=100)
+    assert result == "done" and busy == pytest.approx((300 - 100) / 100 / 2.0)  # 1.0 core of others
+
+    def unreadable(_cores):
+        raise OSError("no /proc here")
+
+    assert threads.busy_during(lambda: 7, {0}, read_cores=unreadable) == (7, None)
+    assert threads.busy_note(None, 2) is None and threads.busy_note(0.4, 2) is None
+    note = threads.busy_note(1.0, 2)
+    assert note.startswith("busy      other processes kept 1.0 of the 2 cores busy") and "faster than estimated" in note

@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 
-from cotrain import registry
+from cotrain import registry, threads
 from cotrain.config import EvalConfig, GrpoConfig, RunConfig, VerifierConfig
 from cotrain.dist import device
 from cotrain.errors import UserError
@@ -251,11 +251,13 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
         step_ids = encode_generator_prompts(tok, [p.question for p in step_problems])
         _sync(dev)
         start = time.perf_counter()
-        step_ro = generate(model, step_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
-                           temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
-                           seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group)
+        step_ro, busy = threads.busy_during(lambda: generate(
+            model, step_ids, max_new_tokens=limit, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+            temperature=plan["temperature"], top_p=g.top_p, top_k=g.top_k, greedy=plan["greedy"],
+            seed=derive_seed(cfg.seed, "rollout", 1), bf16=t.bf16, group_size=group))
         _sync(dev)
         rollout_s = time.perf_counter() - start
+        report["busy_cores"] = busy if dev.type == "cpu" else None  # what shared the CPU while it was timed
         if cfg.verifier.source == "rollouts":
             report["progress"] = step_progress(g, cfg.verifier, cfg.cotraining.credit, cfg.seed, t.bf16, model, tok, task, step_ro,
                                                [p for p in step_problems for _ in range(group)])
@@ -271,6 +273,8 @@ def check(cfg: RunConfig, *, prompts: int = 2, max_new_tokens: int | None = None
     say(cost_line(report["cost"], t.steps, per_step) + (
         f" (from the first rollout capped at {limit} new tokens, scaled to {per_step} prompts: a rough guess)"
         if limit != config_limit else ""))
+    if (note := threads.busy_note(report.get("busy_cores"), len(threads.allowed_cores()))) is not None:
+        say(note)
     say("ok")
     return report
 

@@ -50,11 +50,35 @@ def busy_elsewhere(cores: set[int], seconds: float = SAMPLE_SECONDS, read_cores:
                    read_own: Callable[[], int] = read_own_jiffies, sleep: Callable[[float], None] = time.sleep,
                    clock: Callable[[], float] = time.monotonic, hz: int | None = None) -> float:
     """Cores' worth of CPU that other processes used on `cores` over about `seconds`."""
-    hz = hz or os.sysconf("SC_CLK_TCK")
-    cores0, own0, t0 = read_cores(cores), read_own(), clock()
-    sleep(seconds)
-    cores1, own1, t1 = read_cores(cores), read_own(), clock()
-    return max(0.0, ((cores1 - cores0) - (own1 - own0)) / hz / max(t1 - t0, 1e-9))
+    return busy_during(lambda: sleep(seconds), cores, read_cores, read_own, clock, hz)[1]
+
+
+def busy_during(work: Callable, cores: set[int] | None = None, read_cores: Callable[[set[int]], int] = read_core_jiffies,
+                read_own: Callable[[], int] = read_own_jiffies, clock: Callable[[], float] = time.monotonic,
+                hz: int | None = None) -> tuple:
+    """(`work()`'s result, the cores' worth of CPU other processes used on `cores`, this process's affinity by
+    default, while it ran): what timed work shared its cores with. The load is None where /proc is not readable."""
+    cores = allowed_cores() if cores is None else cores
+    try:
+        hz = hz or os.sysconf("SC_CLK_TCK")
+        cores0, own0, t0 = read_cores(cores), read_own(), clock()
+    except (OSError, ValueError):
+        return work(), None
+    result = work()
+    try:
+        cores1, own1, t1 = read_cores(cores), read_own(), clock()
+    except (OSError, ValueError):
+        return result, None
+    return result, max(0.0, ((cores1 - cores0) - (own1 - own0)) / hz / max(t1 - t0, 1e-9))
+
+
+def busy_note(busy: float | None, cores: int) -> str | None:
+    """`cotrain check`'s line beside its estimate when other processes kept half a core or more busy while it
+    timed the rollout (the estimate is then the shared machine's, slower than the machine alone)."""
+    if busy is None or busy < 0.5:
+        return None
+    return (f"busy      other processes kept {busy:.1f} of the {cores} cores busy while the rollout was timed: "
+            "a run on the machine alone is faster than estimated")
 
 
 def free_cores(cores: int, busy: float) -> int:
@@ -73,7 +97,7 @@ def choose_threads(environ: dict, setting: int | None, replayed: int | None = No
         return Threads(setting, f"train.threads={setting}")
     if replayed:
         return Threads(replayed, f"{replayed} as the run's earlier part recorded in env.json")
-    cores = affinity if affinity is not None else _affinity()
+    cores = affinity if affinity is not None else allowed_cores()
     try:
         busy = measure(cores)
     except (OSError, ValueError):  # no /proc (not Linux) or a format we do not know: every core
@@ -93,7 +117,8 @@ def _count(text: str) -> int:
         return 1
 
 
-def _affinity() -> set[int]:
+def allowed_cores() -> set[int]:
+    """The cores this process may run on."""
     try:
         return set(os.sched_getaffinity(0))
     except (AttributeError, OSError):
