@@ -90,3 +90,41 @@ def test_the_page_in_headless_chromium(page):
             assert high - low > 100 and len(set(shot.getdata())) > 20, f"{chart.get_attribute('id')} looks blank"
     finally:
         browser.quit()
+
+
+def _fake_run(run: Path, recipe: str, correct: str, outcomes: bool = True) -> Path:
+    """A run directory as a finished run leaves it, written by hand: its config, two metrics rows, eval.json."""
+    import json
+
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"recipe: {recipe}\n")
+    (run / "metrics.jsonl").write_text('{"step": 1, "gen/reward": 0.1}\n{"step": 2, "gen/reward": 0.2}\n')
+    n, right = len(correct), correct.count("1")
+    (run / "eval.json").write_text(json.dumps({"generator": {"test": {
+        "pass@1": right / n, "n": n, "pass@1_ci95_lo": 0.1, "pass@1_ci95_hi": 0.9}}}))
+    if outcomes:
+        (run / "outcomes.json").write_text(json.dumps({"test": {"correct": correct, "questions_sha256": "q"}}))
+    return run
+
+
+def test_a_report_of_several_runs_opens_with_their_comparison(tmp_path):
+    """Each run's final pass@1 with its interval, then each run's difference from the first: paired over the
+    problems where both kept their outcomes on the same problems, unpaired (wider) otherwise; the demo's figure
+    where the directory of runs holds one."""
+    from PIL import Image
+
+    demo = tmp_path / "demo"
+    _fake_run(demo / "grpo", "grpo", "1100")
+    _fake_run(demo / "tango", "tango", "1110")
+    _fake_run(demo / "other", "tango", "1110", outcomes=False)
+    Image.new("RGB", (40, 30), "white").save(demo / "demo.png")
+    text = build_report([demo], tmp_path / "report.html").read_text(encoding="utf-8")
+    assert text.index('id="comparison"') < text.index('id="run-0-grpo"')
+    assert "0.500 [0.100, 0.900] (n 4)" in text and "0.750 [0.100, 0.900] (n 4)" in text
+    # paired: the per-problem differences 0, 0, 1, 0 have sd 0.5, over sqrt(4): ±1.96 × 0.25 around +25 points
+    assert "tango − grpo" in text and "+25.0 [-24.0, +74.0] paired" in text
+    # unpaired: ±1.96 × sqrt((0.25 + 0.1875) / 4) = ±64.8 points
+    assert "other − grpo" in text and "+25.0 [-39.8, +89.8] unpaired" in text
+    assert 'id="chart-demo"' in text
+    single = build_report([demo / "grpo"], tmp_path / "one.html").read_text(encoding="utf-8")
+    assert 'id="comparison"' not in single

@@ -11,6 +11,8 @@ HTML. What it shows:
             accuracy curves against steps and FLOPs with their CIs, and best-of-N against N where an
             arm measured it (V-STaR).
   a sweep   (a directory with summary.md) its summary table and every run's curves on one chart.
+Several runs open the page with their comparison: each one's final pass@1 per split with its interval, and its
+difference from the first (paired over the problems where both kept outcomes.json), and a demo's demo.png.
 A directory of runs (the demo's) shows each run in turn.
 Charts are `<figure class="chart" id="chart-...">`; each study's criteria are `<table class="criteria"
 id="criteria-...">`.
@@ -57,8 +59,14 @@ def build_report(paths: list[str | Path], out: str | Path, summary: tuple[list[s
         UserError: a path that is not a directory, or that holds no run, sweep or study.
     """
     sections, toc = [], []
+    shown = _expand(paths)
+    runs = [p for p in shown if kind_of(p) == "run"]
+    if len(runs) >= 2:  # several runs: the page opens with how they compare
+        sections.append(f'<section class="comparison" id="comparison"><h2>The runs compared</h2>'
+                        f'{_comparison(runs, [Path(p) for p in paths])}</section>')
+        toc.append('<a href="#comparison">comparison</a>')
     with tempfile.TemporaryDirectory() as tmp:
-        for i, path in enumerate(_expand(paths)):
+        for i, path in enumerate(shown):
             kind = kind_of(path)
             if kind is None:
                 raise UserError(f"report: {path} holds no run (config.yaml and metrics.jsonl), sweep (summary.md) "
@@ -107,6 +115,60 @@ def kind_of(path: Path) -> str | None:
     if any(p.is_file() for p in path.glob("*/seed*/eval.json")):
         return "study"
     return None
+
+
+# --------------------------------------------------------------------------- several runs
+
+
+def _comparison(runs: list[Path], given: list[Path]) -> str:
+    """Each run's final greedy pass@1 per split with its 95% interval, then each run's difference from the first
+    with its interval: paired problem by problem where both kept their outcomes on the same problems
+    (outcomes.json), else as two independent accuracies (wider). A demo's figure (demo.png) follows."""
+    from cotrain.stats import Z975, difference_ci95, paired_evaluation_sd
+
+    evals = {r: _read_json(r / "eval.json").get("generator", {}) for r in runs}
+    splits = [s for s in dict.fromkeys(s for e in evals.values() for s in e) if all(s in e for e in evals.values())]
+    if not splits:
+        return "<p>no split that every run evaluated (eval.json)</p>"
+
+    def recipe(run: Path) -> str:
+        try:
+            return str((yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8", errors="replace")) or {})
+                       .get("recipe", "?"))
+        except (OSError, yaml.YAMLError):
+            return "?"
+
+    def cell(m: dict) -> str:
+        lo, hi = m.get("pass@1_ci95_lo"), m.get("pass@1_ci95_hi")
+        band = f" [{lo:.3f}, {hi:.3f}]" if isinstance(lo, float) and isinstance(hi, float) else ""
+        return f"{m.get('pass@1', float('nan')):.3f}{band} (n {m.get('n', '?')})"
+
+    rows = [(r.name, recipe(r), *(cell(evals[r][s]) for s in splits)) for r in runs]
+    parts = ["<h3>Final greedy pass@1, with its 95% interval</h3>",
+             _table(["run", "recipe", *splits], rows, cls="comparison", ident="comparison-accuracy")]
+    base, outcomes = runs[0], {r: _read_json(r / "outcomes.json") for r in runs}
+    diffs = []
+    for run in runs[1:]:
+        cells = []
+        for s in splits:
+            a, b = evals[base][s], evals[run][s]
+            oa, ob = outcomes[base].get(s, {}), outcomes[run].get(s, {})
+            if oa.get("questions_sha256") and oa.get("questions_sha256") == ob.get("questions_sha256"):
+                d = b["pass@1"] - a["pass@1"]
+                half = Z975 * paired_evaluation_sd(oa["correct"], ob["correct"])
+                cells.append(f"{100 * d:+.1f} [{100 * (d - half):+.1f}, {100 * (d + half):+.1f}] paired")
+            else:
+                d, lo, hi = difference_ci95(a["pass@1"], b["pass@1"], min(a.get("n", 0), b.get("n", 0)))
+                cells.append(f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] unpaired")
+        diffs.append((f"{run.name} − {base.name}", *cells))
+    if diffs:
+        parts += [f"<h3>Differences from {_e(base.name)}, in points</h3><p>95% intervals over the problems; one seed "
+                  "each, so they say nothing of another seed.</p>",
+                  _table(["runs", *splits], diffs, cls="comparison", ident="comparison-differences")]
+    for path in given:
+        if (path / "demo.png").is_file():
+            parts.append(_figure("chart-demo", path / "demo.png", f"demo.png of {path.name}"))
+    return "".join(parts)
 
 
 # --------------------------------------------------------------------------- a run
@@ -190,8 +252,9 @@ def _samples(run_dir: Path) -> str:
             except ValueError:
                 continue
             if isinstance(r, dict):
+                verdict = {"correct": "approved", "wrong": "rejected", "none": "no verdict"}.get(r.get("verdict"), "–")
                 rows.append((f"<pre>{_e(str(r.get('question', '')))}</pre>", f"<pre>{_e(str(r.get('completion', '')))}</pre>",
-                             _e("right" if r.get("correct") else "wrong"), _e(str(r.get("verdict", "–")))))
+                             _e("right" if r.get("correct") else "wrong"), _e(verdict)))
     if not rows:
         return "<p>no samples.jsonl (runs record one since they began writing it)</p>"
     return _table(["question", "completion", "graded", "verifier's verdict"], rows, cls="samples", raw=True)
