@@ -1048,3 +1048,23 @@ def test_a_split_read_twice_in_one_process_reports_its_load_line_once(tmp_path, 
     test.write_text('{"question": "3+3?", "answer": "6"}\n')
     JsonlTask(splits={"train": train, "test": test}).problems("test")
     assert capfd.readouterr().err.count("jsonl: test: 1 problems") == 1
+
+
+def test_the_gold_answer_check_reads_a_user_s_own_grader(tmp_path, capfd):
+    """A subclass's grader that wants the answer alone reads every gold answer (no false 0%); one that raises
+    reads none, and the load still completes."""
+    path = tmp_path / "exact.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{i}?", "answer": str(i)}) + "\n" for i in range(5)))
+
+    class Exact(JsonlTask):
+        def grade(self, completion, problem):
+            return float(completion.strip() == problem.answer)
+
+    class Broken(JsonlTask):
+        def grade(self, completion, problem):
+            raise RuntimeError("no")
+
+    Exact(path=path).problems("train")
+    assert "gold answers the grader reads: 100.0% (all 5 checked)" in capfd.readouterr().err
+    Broken(path=path, question_field="question").problems("train")
+    assert "gold answers the grader reads: 0.0% (all 5 checked)" in capfd.readouterr().err

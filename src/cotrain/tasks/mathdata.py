@@ -240,7 +240,7 @@ FILES_READ: dict[str, str] = {}
 split: "<dataset>[<config>]:<split>" -> SHA-256 of its rows as JSON lines (a run records them)."""
 
 _REPORTED: set[tuple] = set()
-"""(task, split, file, its SHA-256, its fields) of each split whose load line this process printed: one line each."""
+"""(task class, split, file, its SHA-256, its fields) of each split whose load line this process printed: one each."""
 
 
 def _read_rows(path: Path, task: str, rows: list[dict]) -> list[dict]:
@@ -568,7 +568,7 @@ class JsonlTask(_FileTask):
         rows = read_jsonl(path, f"{self.name} ({split} split)", self._hint)
         problems = [self._problem(row, path, mapping) for row in rows]
         resolved = str(Path(path).resolve())
-        said = (self.name, split, resolved, FILES_READ.get(resolved), repr(sorted(mapping.items())))  # read otherwise: again
+        said = (type(self), split, resolved, FILES_READ.get(resolved), repr(sorted(mapping.items())))  # read otherwise: again
         if said in _REPORTED:  # the same file read again in this process (another instance of the task): said once
             return problems
         _REPORTED.add(said)
@@ -599,9 +599,15 @@ class JsonlTask(_FileTask):
 
     def readable(self, problem: Problem) -> bool:
         """Whether the grader reads the gold answer back: written after "The answer is" and in `\\boxed{}`,
-        it grades correct."""
-        return (self.grade(f"The answer is {problem.answer}", problem) == 1
-                and self.grade(f"\\boxed{{{problem.answer}}}", problem) == 1)
+        it grades correct. A user's own grader (a subclass's `grade`) reads it where it grades any one of those
+        forms, the answer alone or after `####` correct; one that raises on them does not read it."""
+        forms = [f"The answer is {problem.answer}", f"\\boxed{{{problem.answer}}}"]
+        if type(self).grade is JsonlTask.grade:
+            return all(self.grade(f, problem) == 1 for f in forms)
+        try:
+            return any(self.grade(f, problem) == 1 for f in [*forms, str(problem.answer), f"#### {problem.answer}"])
+        except Exception:  # noqa: BLE001 (a user's grader that fails on a gold answer reads none)
+            return False
 
     def _readable_report(self, split: str, rows: list[dict], problems: list[Problem], mapping: dict) -> str:
         checked = problems[:self.REPORT_ROWS]
