@@ -183,6 +183,8 @@ def test_each_recipe_is_declared_beside_its_loop_free_of_torch():
         declared = registry._declaration(module)
         assert declared.RECIPES and {r.module for r in declared.RECIPES.values()} == {module}, module
         assert set(getattr(declared, "SECTIONS", {})) <= set(RunConfig.model_fields), module
+        assert set(getattr(declared, "STUDY_ROLES", {})) <= set(registry.StudyRoles.__dataclass_fields__), module
+    assert registry.STUDY.best_of_n == "vstar"  # declared beside vstar's loop, read by the study
     spec_files = {p.stem.removesuffix("_spec") for p in RECIPES.glob("*_spec.py")}
     assert spec_files == set(registry.MODULES) == {p.stem for p in _recipe_files()}
 

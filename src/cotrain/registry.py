@@ -60,11 +60,14 @@ class StudyRoles:
     schedule: str = "tango"         # RL Tango's schedule: the co-training arm a gains spec reads by default
     start: str = "sft"              # starts/<start>/eval.json: the start the arms share
     published: str = "model"        # ... or starts/<published>/eval.json: the published model, where no SFT start is
-    best_of_n: str = "vstar"        # the recipe whose eval.json section holds best-of-N accuracies
+    best_of_n: str = ""             # the eval.json section that holds best-of-N accuracies (its recipe declares it)
     larger: str = "larger"          # <run>/<larger>/: its final model evaluated again on more problems (eval.larger_n)
 
 
-STUDY = StudyRoles()
+STUDY = StudyRoles(**{role: name for module in MODULES
+                      for role, name in getattr(_declaration(module), "STUDY_ROLES", {}).items()})
+"""The study's roles; a recipe declares those that are its own (`STUDY_ROLES` in its declaration: vstar's
+eval.json section of best-of-N accuracies)."""
 
 
 def unknown(name: str) -> str:

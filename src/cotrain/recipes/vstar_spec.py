@@ -1,4 +1,5 @@
-"""What `vstar` is beside its loop (recipes/vstar.py), free of torch: its flags and its config section (`vstar`)."""
+"""What `vstar` is beside its loop (recipes/vstar.py), free of torch: its flags, its config section (`vstar`) and its
+study role."""
 from __future__ import annotations
 
 from pydantic import Field, field_validator
@@ -30,3 +31,4 @@ class VstarConfig(Section):
 
 RECIPES = {"vstar": Recipe("vstar", roles=CO_TRAINING, fsdp=False, labels="outcomes (correct and incorrect samples)")}
 SECTIONS = {"vstar": VstarConfig}
+STUDY_ROLES = {"best_of_n": "vstar"}  # the eval.json section of its best-of-N accuracies, which a study reads
