@@ -455,6 +455,9 @@ def test_results_print_rates_to_three_places_and_flops_as_powers_of_ten(capsys):
     _print_results("r", {"generator": {"test": {"pass@1": 0.4375, "n": 16}},
                          "compute": {"gen": {"flops": 27404722176.0}}})
     assert capsys.readouterr().out.splitlines() == ["r  generator/test: pass@1=0.438", "r  compute/gen: flops=2.7e10"]
+    from cotrain.cli import _number
+
+    assert _number(61678485504.0) == "6.2e10" and _number(62e6) == "6.2e7" and _number(0.0625) == "0.062"
 
 
 def test_an_out_that_holds_a_run_is_one_sentence_before_anything_loads(tmp_path, capsys):

@@ -110,7 +110,10 @@ def _exit_without_teardown() -> None:
 
 def _number(v: float) -> str:
     """A result as people read it: 0.438 for a rate, 7.6e10 for a count of FLOPs."""
-    return f"{v:.1e}".replace("e+", "e") if abs(v) >= 1e5 else f"{v:.3f}"
+    if abs(v) < 1e5:
+        return f"{v:.3f}"
+    mantissa, exponent = f"{v:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def _print_results(run_dir, results: dict) -> None:
