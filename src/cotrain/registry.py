@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from cotrain.declare import CO_TRAINING, SELF_PLAY, Recipe  # noqa: F401 (read from here too)
+from cotrain.declare import Recipe
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
 

@@ -187,15 +187,9 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
     session.progress.close()
     others = {role: (dist.plain_copy(m), tok) for role, (m, tok) in (other_models or {}).items()}
     dist.on_main(_save_final, session.run_dir, dist.plain_copy(model), tokenizer, others)
-    if generator_results is None:
-        bar = _evaluation_bar(s, task, "final evaluation", n=s.eval.n, **s.eval_settings())
-        generator_results = evaluate_generator(model, tokenizer, task, s.eval.splits, n=s.eval.n, outcomes=True,
-                                               done=bar.advance, **s.eval_settings())
-        bar.close()
-        evaluated = True
-    else:
-        evaluated = False  # the recipe evaluated its generator in its own way (mars)
-    results = {"generator": generator_results}
+    evaluated = generator_results is None  # else the recipe evaluated its generator in its own way (mars)
+    results = {"generator": _evaluation(s, model, tokenizer, task, "final evaluation", n=s.eval.n, **s.eval_settings())
+               if evaluated else generator_results}
     outcomes = take_outcomes(results["generator"])  # each problem's greedy outcome: `outcomes.json`, not eval.json
     results.update(other_results or {})
     row = {f"eval/{split}/{k}": v for split, m in results["generator"].items() for k, v in m.items()}
@@ -214,20 +208,21 @@ def finish(session: Session, model, tokenizer, task: Task, step: int,
         shutil.rmtree(session.run_dir / STUDY.larger, ignore_errors=True)
     # the same model on more problems, greedy alone, after eval.json: a kill here costs no run
     if s.eval.larger_n and evaluated:
-        settings = {**s.eval_settings(), "k": 0, "n_sampled": 0}
-        bar = _evaluation_bar(s, task, "larger evaluation", n=s.eval.larger_n, **settings)
-        larger = evaluate_generator(model, tokenizer, task, s.eval.splits, n=s.eval.larger_n, outcomes=True,
-                                    done=bar.advance, **settings)
-        bar.close()
+        larger = _evaluation(s, model, tokenizer, task, "larger evaluation", n=s.eval.larger_n,
+                             **{**s.eval_settings(), "k": 0, "n_sampled": 0})
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "outcomes.json", take_outcomes(larger))
         dist.on_main(write_json_atomic, session.run_dir / STUDY.larger / "eval.json", {"generator": larger})
     return results
 
 
-def _evaluation_bar(s: RunSettings, task: Task, desc: str, **settings) -> Progress:
-    """The progress line of an evaluation after training, counted in completions (`evaluation_size`)."""
-    return Progress(evaluation_size(task, s.eval.splits, **settings), enabled=s.log.progress and dist.is_main(),
-                    desc=desc, unit="completion")
+def _evaluation(s: RunSettings, model, tokenizer, task: Task, desc: str, **settings) -> dict:
+    """`evaluate_generator` of the run's splits after training (outcomes kept), on a progress line of its own
+    counted in completions (`evaluation_size`)."""
+    bar = Progress(evaluation_size(task, s.eval.splits, **settings), enabled=s.log.progress and dist.is_main(),
+                   desc=desc, unit="completion")
+    results = evaluate_generator(model, tokenizer, task, s.eval.splits, outcomes=True, done=bar.advance, **settings)
+    bar.close()
+    return results
 
 
 SAMPLES = 8  # greedy completions kept in samples.jsonl for people to read
