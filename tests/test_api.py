@@ -147,3 +147,90 @@ def test_a_reward_function_of_ones_own_sets_grpo_s_training_reward_only(tmp_path
     assert err.count("warning: task.reward") == 1 and "KeyError" in err
     with pytest.raises(cotrain.UserError, match="task.reward sets grpo's training reward; recipe tango reads its task's grader"):
         build_config({**base, "recipe": "tango", "task": {**base["task"], "reward": "x.py:f"}})
+
+
+def _own_recipe(tmp_path) -> Path:
+    """docs/new_recipe.md's recipe of one's own, written as the user's file `mine/rft.py`."""
+    text = (REPO / "docs" / "new_recipe.md").read_text(encoding="utf-8")
+    section = text.split("## A recipe of one's own", 1)[1].split("\n## ", 1)[0]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "rft.py").write_text(re.findall(r"```python\n(.*?)```", section, flags=re.S)[0])
+    return mine
+
+
+def _forget_own_recipes():
+    """What a later process knows of recipes registered in this one: nothing."""
+    from cotrain import registry
+
+    for name in registry.USER_RECIPES:
+        registry.RECIPES.pop(name, None)
+    registry.USER_RECIPES.clear()
+    registry.USER_SECTIONS.clear()
+
+
+def test_a_recipe_of_ones_own_trains_by_file_and_by_registration_and_is_evaluated_from_elsewhere(
+        tmp_path, monkeypatch, capsys, sft_run):
+    """docs/new_recipe.md's rejection-sampling recipe, in the user's own file outside src/: named by `recipe_module`
+    through `cotrain run`, and registered from Python through `cotrain.run`; its own section (`rft.keep`) is a config
+    key, config.yaml records the file's absolute path, and `cotrain eval` of either run from another directory (in a
+    state that knows nothing of the recipe) finds it again. From the SFT start some samples are right, so it trains."""
+    import importlib
+    import json
+
+    import yaml
+
+    import cotrain
+    from cotrain.cli import main
+    from tests.conftest import nano_config
+
+    mine = _own_recipe(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.syspath_prepend(str(mine))
+    monkeypatch.chdir(mine)
+    raw = nano_config("rft", init=str(sft_run[0]), train={"steps": 2}, eval={"n": 5, "k": 0}, checkpoint={"every": 0})
+    try:
+        (mine / "cfg.yaml").write_text(yaml.safe_dump({**raw, "recipe_module": "rft.py", "rft": {"keep": 2}}))
+        assert main(["run", "cfg.yaml", "--out", "run_file"]) == 0
+        _forget_own_recipes()
+        assert cotrain.register_recipe(importlib.import_module("rft")) == str((mine / "rft.py").resolve())
+        cotrain.run(raw, out="run_registered")
+        for run in ("run_file", "run_registered"):
+            written = yaml.safe_load((mine / run / "config.yaml").read_text())
+            assert written["recipe_module"] == str((mine / "rft.py").resolve()), run
+            assert written["rft"]["keep"] == (2 if run == "run_file" else 1), run
+            rows = [r for r in cotrain.load_run(mine / run).metrics if "gen/acc" in r]
+            assert [r["step"] for r in rows] == [1, 2] and max(r["gen/kept"] for r in rows) > 0, rows
+            assert any("gen/loss" in r for r in rows), rows
+        _forget_own_recipes()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        for run in ("run_file", "run_registered"):
+            capsys.readouterr()
+            assert main(["eval", str(mine / run), "--n", "3"]) == 0
+            assert json.loads(capsys.readouterr().out)["generator"]["test"]["n"] == 3
+    finally:
+        _forget_own_recipes()
+
+
+def test_a_recipe_module_that_is_not_one_is_one_line(tmp_path):
+    import pytest
+
+    import cotrain
+    from cotrain.config import build_config
+
+    files = {"broken.py": ("raise RuntimeError('oops')\n", "does not load: RuntimeError: oops"),
+             "empty.py": ("x = 1\n", "declares no recipe"),
+             "norun.py": ("from cotrain.declare import Recipe\nRECIPES = {'mine': Recipe('mine')}\n", "has no run"),
+             "taken.py": ("from cotrain.declare import Recipe\nRECIPES = {'grpo': Recipe('grpo')}\ndef run(c, d, r): 0\n",
+                          "recipe 'grpo' is taken"),
+             "section.py": ("from cotrain.declare import Recipe, Section\nRECIPES = {'mine2': Recipe('mine2')}\n"
+                            "SECTIONS = {'train': Section}\ndef run(c, d, r): 0\n", "section 'train' is taken")}
+    try:
+        for name, (source, message) in files.items():
+            (tmp_path / name).write_text(source)
+            with pytest.raises(cotrain.UserError, match=message):
+                build_config({"recipe": "mine", "recipe_module": str(tmp_path / name)})
+        with pytest.raises(cotrain.UserError, match="file not found"):
+            build_config({"recipe": "mine", "recipe_module": str(tmp_path / "none.py")})
+    finally:
+        _forget_own_recipes()

@@ -8,11 +8,11 @@ Importing the package loads neither torch nor transformers; each function loads 
 """
 from cotrain.errors import UserError
 
-__all__ = ["UserError", "check", "evaluate", "load_run", "register_task", "run", "RunRecord"]
+__all__ = ["UserError", "check", "evaluate", "load_run", "register_recipe", "register_task", "run", "RunRecord"]
 
 
 def __getattr__(name: str):
-    if name in ("check", "evaluate", "load_run", "register_task", "run", "RunRecord"):
+    if name in ("check", "evaluate", "load_run", "register_recipe", "register_task", "run", "RunRecord"):
         from cotrain import api
 
         return getattr(api, name)

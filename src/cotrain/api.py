@@ -29,13 +29,18 @@ def _overrides(overrides: dict | list[str] | None) -> list[str]:
 
 
 def _config(config: str | Path | dict, overrides: dict | list[str] | None):
-    """The validated config; a task registered from Python (`register_task`) recorded as its `task.module`."""
+    """The validated config; a task or recipe registered from Python (`register_task`, `register_recipe`) recorded as
+    its `task.module` or `recipe_module`."""
     from cotrain.config import build_config, load_config
+    from cotrain.registry import USER_RECIPES
     from cotrain.tasks import USER_TASKS, module_of
+    from cotrain.userfiles import file_of
 
     cfg = build_config(config, _overrides(overrides)) if isinstance(config, dict) else load_config(str(config), _overrides(overrides))
     if cfg.task.name in USER_TASKS and "module" not in cfg.task.options():
         cfg.task.__pydantic_extra__["module"] = module_of(USER_TASKS[cfg.task.name])
+    if cfg.recipe in USER_RECIPES and cfg.recipe_module is None:
+        cfg.recipe_module = file_of(USER_RECIPES[cfg.recipe], f"recipe {cfg.recipe}")
     return cfg
 
 
@@ -45,6 +50,15 @@ def register_task(name: str, cls: type) -> str:
     from cotrain.tasks import register_task as register
 
     return register(name, cls)
+
+
+def register_recipe(module) -> str:
+    """Make the recipes of a file of one's own (a module, a file path or a module name holding `RECIPES`, `SECTIONS`
+    where it has settings, and `run(cfg, run_dir, resume)`) known for `cotrain.run` in this process; a run records
+    the file as its `recipe_module`, so later commands find it again. Returns that `recipe_module`."""
+    from cotrain.registry import register
+
+    return register(module)
 
 
 def run(config: str | Path | dict, out: str | Path | None = None, overrides: dict | list[str] | None = None,

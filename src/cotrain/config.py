@@ -6,6 +6,7 @@ raises `UserError` with one line that says how to fix it (unknown keys name the 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import textwrap
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from cotrain.declare import MAX_COUNT, Section, too_large
 from cotrain.errors import UserError
-from cotrain.registry import RECIPES, recipe_sections, unknown
+from cotrain.registry import RECIPES, USER_SECTIONS, recipe_sections, register, unknown
 
 GUARDED = tuple(name for name, r in RECIPES.items() if r.guarded)
 """The recipes whose solver updates `safeguard` can scale."""
@@ -428,6 +429,8 @@ class _RunConfig(Section):
     section, declared beside it (`recipes/<module>_spec.py`)."""
 
     recipe: str = Field("grpo", description="Training loop to run: one of `cotrain recipes`.")
+    recipe_module: str | None = Field(None, description=(
+        "A file of one's own that declares and runs `recipe` (docs/new_recipe.md); recorded as its absolute path."))
     seed: int = Field(0, ge=0, le=2**63 - 1, description="The one seed; every random choice derives from it.")
     out_dir: str | None = Field(None, description="Run directory (the CLI's --out overrides it).")
     init: str | None = Field(None, description="Start from this checkpoint (a run dir, a step dir or a model dir).")
@@ -527,6 +530,17 @@ RunConfig = create_model("RunConfig", __base__=_RunConfig, __module__=__name__, 
     **{name: (section, Field(default_factory=section)) for name, section in recipe_sections().items()})
 
 
+def run_config_class() -> type[RunConfig]:
+    """`RunConfig`, or where recipes of one's own declare sections (`registry.register`), its subclass with them."""
+    return _with_sections(tuple(USER_SECTIONS.items())) if USER_SECTIONS else RunConfig
+
+
+@functools.cache
+def _with_sections(sections: tuple) -> type[RunConfig]:
+    return create_model("RunConfig", __base__=RunConfig, __module__=__name__, __doc__=RunConfig.__doc__,
+                        **{name: (section, Field(default_factory=section)) for name, section in sections})
+
+
 @dataclass
 class RunSettings:
     """The sections a run's session logs, checkpoints and evaluates by, and the values it takes from others
@@ -582,7 +596,7 @@ def _check_keys(raw: dict, model: type[BaseModel], prefix: str = "") -> None:
         return
     for key, value in raw.items():
         if key not in model.model_fields:
-            everything = _valid_keys(RunConfig)
+            everything = _valid_keys(run_config_class())
             dotted = prefix + str(key)
             # the same name in another section first, then the closest dotted key, then the closest leaf
             same_leaf = [k for k in everything if k.rsplit(".", 1)[-1] == str(key)]
@@ -693,9 +707,12 @@ def _format_validation(err: ValidationError) -> str:
 
 def build_config(raw: dict | None = None, overrides: list[str] | None = None) -> RunConfig:
     raw = apply_overrides(dict(raw or {}), overrides or [])
-    _check_keys(raw, RunConfig)
+    if isinstance(raw.get("recipe_module"), str) and raw["recipe_module"]:
+        raw["recipe_module"] = register(raw["recipe_module"])  # found again from any directory
+    schema = run_config_class()
+    _check_keys(raw, schema)
     try:
-        return RunConfig.model_validate(raw)
+        return schema.model_validate(raw)
     except ValidationError as err:
         raise UserError(_format_validation(err)) from None
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 from cotrain.declare import Recipe
+from cotrain.errors import UserError
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
 
@@ -37,6 +38,52 @@ RECIPES: dict[str, Recipe] = {name: recipe for module in MODULES for name, recip
 """Every recipe name, with what the rest of the tool needs to know of it (`declare.Recipe`)."""
 
 
+USER_RECIPES: dict[str, ModuleType] = {}
+"""Recipes of one's own (`register`), by name: the module that declares and runs each."""
+USER_SECTIONS: dict[str, type] = {}
+"""Their config sections, by name (config.py adds them to the run config)."""
+
+
+def register(module: ModuleType | str) -> str:
+    """Make the recipes a file of one's own declares known in this process, and return where it lives (its file,
+    absolute; `package.module` inside a package): the `recipe_module` a run records, so that a later `cotrain eval`,
+    resume, sweep or torchrun finds it again. The file holds what a recipe's two files hold inside the package:
+    `RECIPES` ({name: `declare.Recipe`}), `SECTIONS` where it has settings of its own, and `run(cfg, run_dir,
+    resume)`. `module` is the module, a file path or an importable module name. See docs/new_recipe.md."""
+    from cotrain.userfiles import file_of, load_module
+
+    if not isinstance(module, ModuleType):
+        module = load_module(str(module), "recipe_module")
+    where = file_of(module, f"recipe module {module.__name__}")
+    recipes, sections = getattr(module, "RECIPES", None), getattr(module, "SECTIONS", {})
+    if not (isinstance(recipes, dict) and recipes and all(isinstance(r, Recipe) for r in recipes.values())):
+        raise UserError(f"recipe_module {where}: declares no recipe (RECIPES = {{name: cotrain.declare.Recipe(...)}})")
+    if not callable(getattr(module, "run", None)):
+        raise UserError(f"recipe_module {where}: has no run(cfg, run_dir, resume)")
+    if not isinstance(sections, dict):
+        raise UserError(f"recipe_module {where}: SECTIONS must be {{name: a cotrain.declare.Section subclass}}")
+    from cotrain.declare import Section
+
+    for name in recipes:
+        if name in RECIPES and USER_RECIPES.get(name) is not module:
+            raise UserError(f"recipe_module {where}: recipe {name!r} is taken; choose another name")
+    for name, section in sections.items():
+        if not (isinstance(section, type) and issubclass(section, Section)):
+            raise UserError(f"recipe_module {where}: SECTIONS[{name!r}] is not a cotrain.declare.Section subclass")
+        if name in SHARED_SECTIONS or (name in recipe_sections()) or USER_SECTIONS.get(name, section) is not section:
+            raise UserError(f"recipe_module {where}: config section {name!r} is taken; choose another name")
+    for name, recipe in recipes.items():
+        RECIPES[name], USER_RECIPES[name] = recipe, module
+    USER_SECTIONS.update(sections)
+    return where
+
+
+SHARED_SECTIONS = ("recipe", "recipe_module", "seed", "out_dir", "init", "model", "task", "train", "grpo", "verifier",
+                   "cotraining", "selfplay", "safeguard", "rollout", "eval", "checkpoint", "log", "alarms")
+"""The run config's own keys and shared sections (config.py), which no recipe's section may take."""
+
+
+@cache
 def recipe_sections() -> dict[str, type]:
     """{section name: its class} of every recipe's own config section, in registry order (config.py adds each
     to the run config after the shared sections)."""
@@ -81,6 +128,8 @@ def load(name: str) -> ModuleType:
     """The recipe's module (its `run(cfg, run_dir, resume)` trains)."""
     if name not in RECIPES:
         raise ValueError(unknown(name))
+    if name in USER_RECIPES:
+        return USER_RECIPES[name]
     return importlib.import_module(f"cotrain.recipes.{RECIPES[name].module}")
 
 
@@ -90,7 +139,10 @@ def summary(name: str) -> str:
     recipe = RECIPES[name]
     if recipe.summary:
         return recipe.summary
-    doc = ast.get_docstring(_module_tree(recipe.module)) or ""
+    if name in USER_RECIPES:
+        doc = USER_RECIPES[name].__doc__ or ""
+    else:
+        doc = ast.get_docstring(_module_tree(recipe.module)) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
@@ -98,13 +150,20 @@ def _module_tree(module: str) -> ast.Module:
     return ast.parse((RECIPE_DIR / f"{module}.py").read_text(encoding="utf-8"))
 
 
-@cache
 def panels() -> tuple[tuple, ...]:
     """The curves.png panels the recipes declare, in registry order, each once: a recipe module's
-    `PANELS = ((title, ylabel, metric, unit_interval), ...)`, a literal read from its source. `metric`
-    names the last part of the logged keys the panel draws (`ROLE/metric`)."""
+    `PANELS = ((title, ylabel, metric, unit_interval), ...)`, a literal read from its source (a recipe of one's
+    own: its module's `PANELS`, after). `metric` names the last part of the logged keys the panel draws (`ROLE/metric`)."""
+    out = list(_own_panels())
+    for module in dict.fromkeys(USER_RECIPES.values()):
+        out += [tuple(p) for p in getattr(module, "PANELS", ()) if tuple(p) not in out]
+    return tuple(out)
+
+
+@cache
+def _own_panels() -> tuple[tuple, ...]:
     out: list[tuple] = []
-    for module in dict.fromkeys(r.module for r in RECIPES.values()):
+    for module in dict.fromkeys(r.module for name, r in RECIPES.items() if name not in USER_RECIPES):
         for node in _module_tree(module).body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PANELS" for t in node.targets):
                 out += [tuple(p) for p in ast.literal_eval(node.value) if tuple(p) not in out]

@@ -17,8 +17,6 @@ A task of one's own is a `Task` subclass in one's own file: name it with `task.m
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.util
 import inspect
 import sys
 from pathlib import Path
@@ -31,6 +29,7 @@ from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
 from cotrain.tasks.wordproblems import WordProblemsTask
+from cotrain.userfiles import USER_MODULE, load_object
 
 __all__ = ["TASKS", "Problem", "Task", "make_task", "register_task"]
 
@@ -126,32 +125,3 @@ def module_of(cls: type) -> str:
     return f"{Path(path).resolve()}:{cls.__qualname__}"
 
 
-USER_MODULE = "cotrain_user_"  # the module name a file loaded by `task.module` is given
-
-
-def load_object(spec: str, what: str):
-    """`path/to/file.py:Name` or `package.module:Name` (a `task.module`, a `task.reward`), loaded: one line on failure."""
-    where, _, attr = spec.rpartition(":")
-    if not where or not attr:
-        raise UserError(f"{what}: expected path/to/file.py:Name or package.module:Name, got {spec!r}")
-    try:
-        if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise UserError(f"{what}: file not found: {path.absolute()}")
-            key = USER_MODULE + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
-            module = sys.modules.get(key)
-            if module is None:
-                loader = importlib.util.spec_from_file_location(key, path)
-                module = importlib.util.module_from_spec(loader)
-                sys.modules[key] = module
-                loader.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except UserError:
-        raise
-    except Exception as err:  # the user's file: any error in it is theirs to fix, in one line
-        raise UserError(f"{what}: {spec} does not load: {type(err).__name__}: {err}") from None
-    if not hasattr(module, attr):
-        raise UserError(f"{what}: {where} has no {attr!r}")
-    return getattr(module, attr)
