@@ -1,4 +1,5 @@
 """Tiny models, the char tokenizer, save/load, and rollouts."""
+import dataclasses
 import math
 
 import pytest
@@ -268,6 +269,27 @@ def test_compiled_decoding_gives_the_samples_of_plain_decoding(nano, greedy, mon
     for name in ("completion_ids", "completion_mask", "truncated", "prompt_ids", "prompt_mask"):
         assert torch.equal(getattr(ro, name), getattr(plain, name)), name
     assert torch.allclose(ro.logp, plain.logp, atol=1e-9) and torch.allclose(ro.entropy, plain.entropy, atol=1e-9)
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
+def test_a_cache_with_room_decodes_exactly_as_a_growing_one(nano, bf16, monkeypatch):
+    """The plain loop's cache (`roomy`: keys and values written in place, held in bf16 under bf16 autocast) gives
+    bit for bit the rollout of transformers' `DynamicCache`, which concatenates a pass's keys onto the whole cache
+    and leaves autocast to cast them, rows leaving the batch as they end included."""
+    import cotrain.models.generate as gen
+
+    model, tok = nano
+    prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n", "9-9\n"]]
+    kw = dict(max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.3, top_p=1.0,
+              greedy=False, seed=5, bf16=bf16, group_size=3)
+    roomy = _generate(model, prompts, 0, **kw)
+    assert 0 < roomy.truncated.sum() < len(roomy.truncated)  # a row ends while others go on
+    held = []
+    monkeypatch.setattr(gen, "_RoomyLayer", lambda layer, room, dtype: held.append(dtype) or layer)
+    growing = _generate(model, prompts, 0, **kw)
+    assert held and set(held) == {torch.bfloat16 if bf16 else None}, held
+    for f in dataclasses.fields(roomy):
+        assert torch.equal(getattr(roomy, f.name), getattr(growing, f.name)), f.name
 
 
 HOST_READS = ("item", "__bool__", "cpu", "tolist", "numpy", "__int__", "__float__")
