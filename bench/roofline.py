@@ -22,6 +22,8 @@ FLOPs count what the passes run, padding included: 2 per weight per token, and 4
 per token and layer for attention. Every group is trained (advantages drawn at random), so the update
 runs the whole batch, as a step whose groups all carry a gradient does. The precision is the config's
 (`train.bf16: auto` is bf16 autocast where it is native). Phases are timed after one warm-up step.
+Below the table, decode's time a pass beside its bound and beside the model's matrix products alone at 32 rows,
+each weight read once from memory (`matmuls_pass`): the floor of any pass that runs them one by one.
 
     python bench/roofline.py                    # the table; last line roofline_worst=<phase>:<share of its bound>
     python bench/roofline.py --max-new-tokens 16 --quick   # a look that it works
@@ -83,6 +85,20 @@ def gemm_rate(shapes: dict, rows: int, dtype: torch.dtype, repeats: int) -> floa
         seconds += count * best_time(lambda: F.linear(x, w), repeats, inner)
         flops += count * 2 * rows * n_in * n_out
     return flops / seconds
+
+
+def matmuls_pass(model, rows: int, dtype: torch.dtype, repeats: int) -> float:
+    """Seconds of one pass of the model's own matrix products alone at `rows` rows: every nn.Linear's weight (the
+    tied head included), cast to `dtype` once, applied once, in the model's order. Unlike `gemm_rate`, which
+    repeats one shape while its weight stays in cache, each weight comes from memory, as in a decoding pass:
+    the floor of any pass that runs these products one by one."""
+    weights = [m.weight.detach().to(dtype) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=dtype) for w in weights}
+
+    def one_pass():
+        for w in weights:
+            F.linear(inputs[w.shape[1]], w)
+    return best_time(one_pass, repeats)
 
 
 def bandwidth(repeats: int, size: int = GIB) -> float:
@@ -155,6 +171,7 @@ def main() -> int:
           f"{rates[torch.bfloat16, 32] / 1e9:.0f} at M=32, {rates[torch.bfloat16, args.rows_m] / 1e9:.0f} at "
           f"M={args.rows_m}; copy {bw / 1e9:.1f} GB/s", flush=True)
     rate32, rate_m = rates[dtype, 32], rates[dtype, args.rows_m]
+    floor32 = matmuls_pass(model, 32, dtype, repeats)
 
     task = build_task(cfg.task)
     pool = training_pool(task, cfg.seed, cfg.train.n_problems)[0]
@@ -239,6 +256,9 @@ def main() -> int:
     for name, sec, work, bound, by in rows:
         print(f"{name:<10} {sec:8.3f} {bound:8.3f} {bound / sec:8.0%}   {work}; {by}")
     print(f"{'step':<10} {sum(r[1] for r in rows):8.3f} {sum(r[3] for r in rows):8.3f}")
+    print(f"\ndecode: {1e3 * times['decode'] / max(passes, 1):.1f} ms a pass (32 rows at most); its bound "
+          f"{1e3 * dec_bound / max(passes, 1):.1f} ms; the model's matrix products alone at 32 rows, each weight once "
+          f"from memory: {1e3 * floor32:.1f} ms a pass ({shape.flops(32, 0) / floor32 / 1e9:.0f} GFLOP/s)")
     # the goal of each phase but the optimizer's: at least half its bound
     worst = min((r for r in rows if r[0] != "optimizer"), key=lambda r: r[3] / r[1])
     print(f"\nroofline_worst={worst[0]}:{worst[3] / worst[1]:.2f}")
