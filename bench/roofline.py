@@ -27,6 +27,7 @@ each weight read once from memory (`matmuls_pass`): the floor of any pass that r
 
     python bench/roofline.py                    # the table; last line roofline_worst=<phase>:<share of its bound>
     python bench/roofline.py --max-new-tokens 16 --quick   # a look that it works
+    python bench/roofline.py --decode-only      # one rollout of the step's prompts from the model as loaded, timed
 
 Run it alone on the machine. Goals: prefill, scoring and update at >= 50% of the GEMM rate; decode within
 2x of its bound.
@@ -149,6 +150,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="fewer repeats: a look that it works")
+    ap.add_argument("--decode-only", action="store_true", help="time one rollout of the step's prompts, nothing else")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     repeats = 2 if args.quick else 5
@@ -161,6 +163,24 @@ def main() -> int:
 
     torch.manual_seed(cfg.seed)
     model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)
+    task = build_task(cfg.task)
+    pool = training_pool(task, cfg.seed, cfg.train.n_problems)[0]
+    n_prompts = cfg.train.batch_size // g.group_size
+    opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
+    prompts = encode_generator_prompts(tokenizer, [p.question for p in pool[:n_prompts]])
+    sampling = dict(max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                    temperature=g.temperature, top_p=g.top_p, greedy=False, bf16=bf16, group_size=g.group_size)
+    times: dict[str, float] = {}
+    if args.decode_only:  # the model as loaded, seed --seed: the same rollout on every commit that samples alike
+        model.eval()
+        generate(model, prompts, seed=args.seed + 1, **{**sampling, "max_new_tokens": 8})  # warm-up
+        t0 = time.perf_counter()
+        ro = generate(model, prompts, seed=args.seed, **sampling)
+        took = time.perf_counter() - t0
+        print(f"rollout: {took:.2f} s, {1e3 * took / ro.completion_ids.shape[1]:.1f} ms a pass; completions "
+              f"{ro.lengths.tolist()}")
+        return 0
+
     shape = Shape(model)
     shapes = linear_shapes(model)
     rates = {(dt, m): gemm_rate(shapes, m, dt, repeats) for dt in (torch.float32, torch.bfloat16)
@@ -172,15 +192,6 @@ def main() -> int:
           f"M={args.rows_m}; copy {bw / 1e9:.1f} GB/s", flush=True)
     rate32, rate_m = rates[dtype, 32], rates[dtype, args.rows_m]
     floor32 = matmuls_pass(model, 32, dtype, repeats)
-
-    task = build_task(cfg.task)
-    pool = training_pool(task, cfg.seed, cfg.train.n_problems)[0]
-    n_prompts = cfg.train.batch_size // g.group_size
-    opt, sched = make_optimizer(model, cfg.train, cfg.train.steps)
-    prompts = encode_generator_prompts(tokenizer, [p.question for p in pool[:n_prompts]])
-    sampling = dict(max_new_tokens=g.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                    temperature=g.temperature, top_p=g.top_p, greedy=False, bf16=bf16, group_size=g.group_size)
-    times: dict[str, float] = {}
 
     def prefill():
         ids, mask = left_pad(prompts, tokenizer.pad_token_id)

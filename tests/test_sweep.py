@@ -407,3 +407,33 @@ def test_bad_prepare_stages_are_one_clear_line(tmp_path, spec, message):
     (tmp_path / "s.yaml").write_text(spec)
     with pytest.raises(UserError, match=re.escape(message)):
         load_sweep(tmp_path / "s.yaml")
+
+
+def test_a_sweep_its_study_and_its_report_read_from_another_directory(tmp_path, monkeypatch, capsys):
+    """A sweep started in one directory, its base config naming data files relative to it: from another directory
+    the sweep finds its run finished (its config is not another experiment for being read from elsewhere), and
+    `cotrain study` and `cotrain report` of its directory write their tables and page."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir(), elsewhere.mkdir()
+    rows = "".join(f'{{"question": "{a}+{b}", "answer": "{a + b}"}}\n' for a in range(4) for b in range(4))
+    (home / "train.jsonl").write_text(rows), (home / "test.jsonl").write_text(rows)
+    base = {"recipe": "grpo", "model": {"preset": "nano"}, "task": {"name": "jsonl", "splits": {
+        "train": "train.jsonl", "test": "test.jsonl"}}, "train": {"steps": 1, "batch_size": 8, "n_problems": 16},
+        "grpo": {"group_size": 4, "max_new_tokens": 8}, "eval": {"splits": ["test"], "n": 4, "k": 0, "every": 0},
+        "checkpoint": {"every": 0}, "log": {"plots": False, "tensorboard": False}}
+    (home / "base.yaml").write_text(yaml.safe_dump(base))
+    (home / "s.yaml").write_text("base: base.yaml\narms:\n  grpo: {}\n")
+    monkeypatch.chdir(home)
+    (run,) = plan(load_sweep(home / "s.yaml"), home / "out")
+    run.run_dir.parent.mkdir(parents=True)
+    (run.run_dir.parent / "seed0.yaml").write_text(yaml.safe_dump(run.config))
+    assert main(["run", str(run.run_dir.parent / "seed0.yaml"), "--out", str(run.run_dir)]) == 0  # what its job runs
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(sweep_mod, "launch", lambda *a: pytest.fail("a finished run was launched again"))
+    capsys.readouterr()
+    assert main(["sweep", str(home / "s.yaml"), "--out", str(home / "out")]) == 0, capsys.readouterr().err
+    assert "already finished" in capsys.readouterr().out
+    assert main(["study", str(home / "out")]) == 0
+    assert "| grpo |" in (home / "out" / "table.md").read_text()
+    assert main(["report", str(home / "out"), str(run.run_dir), "--out", "page.html"]) == 0
+    assert "grpo" in (elsewhere / "page.html").read_text(encoding="utf-8")
