@@ -271,14 +271,16 @@ def test_compiled_decoding_gives_the_samples_of_plain_decoding(nano, greedy, mon
     assert torch.allclose(ro.logp, plain.logp, atol=1e-9) and torch.allclose(ro.entropy, plain.entropy, atol=1e-9)
 
 
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
-def test_a_cache_with_room_decodes_exactly_as_a_growing_one(nano, bf16, monkeypatch):
-    """The plain loop's cache (`roomy`: keys and values written in place, held in bf16 under bf16 autocast) gives
-    bit for bit the rollout of transformers' `DynamicCache`, which concatenates a pass's keys onto the whole cache
-    and leaves autocast to cast them, rows leaving the batch as they end included."""
+@pytest.mark.parametrize("dtype, bf16", [("float32", False), ("float32", True), ("float64", True)],
+                         ids=["fp32", "bf16-autocast", "float64-under-autocast"])
+def test_a_cache_with_room_decodes_exactly_as_a_growing_one(nano, dtype, bf16, monkeypatch):
+    """The plain loop's cache (`roomy`: keys and values written in place, float32 ones held in bf16 under bf16
+    autocast) gives bit for bit the rollout of transformers' `DynamicCache`, which concatenates a pass's keys onto
+    the whole cache and leaves autocast to cast them (a float64 model's, autocast leaves alone), rows leaving the
+    batch as they end included."""
     import cotrain.models.generate as gen
 
-    model, tok = nano
+    model, tok = nano if dtype == "float32" else build_model(ModelConfig(preset="nano", dtype=dtype), seed=0)
     prompts = [tok(q)["input_ids"] for q in ["1+2\n", "12+34-5\n", "7\n", "9-9\n"]]
     kw = dict(max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1.3, top_p=1.0,
               greedy=False, seed=5, bf16=bf16, group_size=3)

@@ -352,7 +352,10 @@ class _RoomyLayer(DynamicLayer):
 
     @staticmethod
     def _with_room(x: torch.Tensor, length: int, room: int, dtype) -> torch.Tensor:
-        buffer = x.new_empty((*x.shape[:2], length + room, x.shape[-1]), dtype=dtype or x.dtype)
+        """x [n, heads, positions, d] in a buffer of `room` more positions, in `dtype` if x is float32 (the
+        dtype autocast casts from; a float64 model's keys stay float64, as autocast leaves them)."""
+        held = dtype if dtype is not None and x.dtype == torch.float32 else x.dtype
+        buffer = x.new_empty((*x.shape[:2], length + room, x.shape[-1]), dtype=held)
         buffer[:, :, :length] = x[:, :, :length]
         return buffer
 
