@@ -415,7 +415,15 @@ def cmd_demo(args) -> int:
     setting = [o.split("=", 1)[1] for o in args.overrides or [] if o.startswith("train.threads=")]
     _choose_threads(int(setting[-1]) if setting and setting[-1].isdigit() and int(setting[-1]) >= 1 else None)
     from cotrain.analysis.plot import demo_figure, plot_runs
+    from cotrain.lab.runs import load_study
     from cotrain.lab.table import documented
+
+    read: dict[Path, dict] = {}
+
+    def study_runs(path: Path) -> dict:  # each committed study read once (its runs' metrics are most of the time)
+        if path not in read:
+            read[path] = load_study(path)
+        return read[path]
 
     out, spec = Path(args.out), demo_stages()
     if args.from_scratch:  # make the two starts first, then read them from out/
@@ -443,7 +451,7 @@ def cmd_demo(args) -> int:
     acc = {name: [r["generator"].get(s, {}).get("pass@1", float("nan")) for s in splits] for name, r in results.items()}
     base, arm = names[0], names[-1]  # the demo's baseline and its co-training arm, in the order demo.yaml runs them
     found = _demo_findings(out / arm, base, arm, acc, splits, n, steps, args.seed)
-    headline = [line for study in studies for line in documented(study, arm, steps)]  # the first study's
+    headline = [line for study in studies for line in documented(study_runs(study), arm, steps)]  # the first study's
     paths.append(build_report([out / n for n in names] + studies, out / "report.html",
                               summary=(found + [f"documented over seeds ({spec['starts']['studies'][0]}): {line}"
                                                 for line in headline], out / "demo.png")))
@@ -464,7 +472,8 @@ def cmd_demo(args) -> int:
                       f"({right} right, {m['n'] - right} wrong): balanced accuracy {m['balanced_accuracy']:.3f}")
     for rel in [] if args.from_scratch else spec["starts"]["studies"]:  # what the lab measured from these starts
         study = _study_path(rel)
-        lines = [line for arm in spec["starts"]["documented"] for line in (documented(study, arm, steps) if study else [])]
+        lines = [line for arm in spec["starts"]["documented"]
+                 for line in (documented(study_runs(study), arm, steps) if study else [])]
         if lines:
             print(f"\ndocumented ({rel}, every seed from these starts, `cotrain study {rel}`):")
             for line in lines:

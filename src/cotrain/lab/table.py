@@ -239,12 +239,12 @@ def build_study(study_dir: str | Path) -> str:
     return text
 
 
-def documented(study_dir: str | Path, arm: str, step: int | None = None) -> list[str]:
-    """What a study documents of `arm` against grpo, a line each: the paired difference of the final greedy
-    pass@1 on `test` and `ood`, and (with `step`) of the in-training accuracy at that step, where both arms
-    evaluated it, then the machines the runs ran on. Lines a study cannot give are left out; a study
-    without the two arms gives []."""
-    arms = load_study(study_dir)
+def documented(study: str | Path | dict, arm: str, step: int | None = None) -> list[str]:
+    """What a study (its directory, or its runs as `load_study` reads them) documents of `arm` against grpo, a line
+    each: the paired difference of the final greedy pass@1 on `test` and `ood`, and (with `step`) of the in-training
+    accuracy at that step, where both arms evaluated it, then the machines the runs ran on. Lines a study cannot
+    give are left out; a study without the two arms gives []."""
+    arms = study if isinstance(study, dict) else load_study(study)
     if arm not in arms or BASELINE not in arms:
         return []
     base, runs = arms[BASELINE], arms[arm]
