@@ -102,20 +102,24 @@ def test_rollouts_is_refused_where_it_cannot_run():
             build_config(raw)
 
 
-def test_tango_with_rollouts_trains_and_costs_what_check_says(sft_run, tmp_path):
+def test_tango_with_rollouts_trains_and_costs_what_check_says(sft_run, tmp_path, capsys):
     """Three steps of tango with Monte Carlo progress from the nano SFT model: no verifier is built, the
     process term is nonzero on some step, and the continuations' tokens and FLOPs are the compute role
     `progress` (2 N FLOPs a forward token), summed over the steps into eval.json. `cotrain check` draws the
-    run's first step with its seeds: the continuations it measures are step 1's, token for token."""
+    run's first step with its seeds: the continuations it measures are step 1's, token for token. The progress
+    line shows the reward and no verifier's agreement, which no verifier gives."""
     from cotrain.preflight import check
 
     raw = nano_config("tango", init=str(sft_run[0]), train={"steps": 3},
                       verifier={"source": "rollouts", "rollouts_k": 2},
                       cotraining={"credit": "step", "alpha": 0.5, "alpha_schedule": "constant"},
-                      eval={"n": 10, "k": 0, "n_sampled": 0})
+                      eval={"n": 10, "k": 0, "n_sampled": 0}, log={"progress": True})
     lines = []
     checked = check(build_config(raw), say=lines.append)["progress"]
+    capsys.readouterr()
     results = run_recipe(build_config(raw), tmp_path)
+    shown = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tango ")]
+    assert shown and all("reward=" in line and "agree" not in line for line in shown), shown
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "gen/progress_abs" in r]
     assert len(steps) == 3 and not (tmp_path / "final" / "verifier").exists()

@@ -230,7 +230,8 @@ def run(cfg: RunConfig, run_dir, resume: bool = False) -> dict:
             model.train()
             timer.lap("eval")
         metrics.update(timer.metrics())
-        log_step(session, step, metrics, {"reward": metrics["gen/reward"], "agree": metrics.get("cotrain/agree", float("nan"))})
+        shown = {"reward": metrics["gen/reward"], "agree": metrics.get("cotrain/agree")}  # no verdicts under rollouts
+        log_step(session, step, metrics, {k: v for k, v in shown.items() if v is not None})
         maybe_checkpoint(session, step, roles, extra={"compute": compute.tokens, "alpha_window": window,
                                                            "alpha_trust": trust, **({} if oracle else ver_rl.state())})
 
