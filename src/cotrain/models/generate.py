@@ -378,11 +378,13 @@ class _RoomyLayer(DynamicLayer):
 
 
 def roomy(cache: DynamicCache, room: int, model, bf16: bool, device) -> DynamicCache:
-    """`cache` (after the prefill) with room for `room` more positions in every layer (`_RoomyLayer`); under bf16
-    autocast, its keys and values held in bf16 where the model's attention (SDPA or eager) casts them so."""
+    """`cache` (after the prefill) with room for `room` more positions in every full-attention layer (`_RoomyLayer`;
+    a sliding-window layer, which drops its oldest positions, stays as it is); under bf16 autocast, its keys and
+    values held in bf16 where the model's attention (SDPA or eager) casts them so."""
     held = torch.bfloat16 if bf16 and torch.device(device).type == "cpu" and \
         getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager") else None
-    cache.layers = [_RoomyLayer(layer, room, held) for layer in cache.layers]
+    cache.layers = [_RoomyLayer(layer, room, held) if type(layer) is DynamicLayer and layer.is_initialized else layer
+                    for layer in cache.layers]
     return cache
 
 
