@@ -167,6 +167,7 @@ def _forget_own_recipes():
         registry.RECIPES.pop(name, None)
     registry.USER_RECIPES.clear()
     registry.USER_SECTIONS.clear()
+    registry._OWNERS.clear()
 
 
 def test_a_recipe_of_ones_own_trains_by_file_and_by_registration_and_is_evaluated_from_elsewhere(
@@ -232,5 +233,21 @@ def test_a_recipe_module_that_is_not_one_is_one_line(tmp_path):
                 build_config({"recipe": "mine", "recipe_module": str(tmp_path / name)})
         with pytest.raises(cotrain.UserError, match="file not found"):
             build_config({"recipe": "mine", "recipe_module": str(tmp_path / "none.py")})
+        # one file registered as a module, then named by its path: the same recipe, not a name taken twice
+        mine = _own_recipe(tmp_path)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("rft_imported", mine / "rft.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        where = cotrain.register_recipe(module)
+        assert build_config({"recipe": "rft", "recipe_module": where}).recipe_module == where
     finally:
         _forget_own_recipes()
+
+
+def test_no_recipe_section_may_take_a_shared_key():
+    from cotrain import registry
+    from cotrain.config import _RunConfig
+
+    assert set(registry.SHARED_SECTIONS) == set(_RunConfig.model_fields)

@@ -42,6 +42,7 @@ USER_RECIPES: dict[str, ModuleType] = {}
 """Recipes of one's own (`register`), by name: the module that declares and runs each."""
 USER_SECTIONS: dict[str, type] = {}
 """Their config sections, by name (config.py adds them to the run config)."""
+_OWNERS: dict[str, str] = {}  # each recipe's and section's name of one's own: the file that declared it
 
 
 def register(module: ModuleType | str) -> str:
@@ -64,23 +65,25 @@ def register(module: ModuleType | str) -> str:
         raise UserError(f"recipe_module {where}: SECTIONS must be {{name: a cotrain.declare.Section subclass}}")
     from cotrain.declare import Section
 
-    for name in recipes:
-        if name in RECIPES and USER_RECIPES.get(name) is not module:
+    for name in recipes:  # the same file registered again (imported, then named by path) takes its names back
+        if name in RECIPES and _OWNERS.get(f"recipe {name}") != where:
             raise UserError(f"recipe_module {where}: recipe {name!r} is taken; choose another name")
     for name, section in sections.items():
         if not (isinstance(section, type) and issubclass(section, Section)):
             raise UserError(f"recipe_module {where}: SECTIONS[{name!r}] is not a cotrain.declare.Section subclass")
-        if name in SHARED_SECTIONS or (name in recipe_sections()) or USER_SECTIONS.get(name, section) is not section:
+        if name in SHARED_SECTIONS or name in recipe_sections() or _OWNERS.get(f"section {name}", where) != where:
             raise UserError(f"recipe_module {where}: config section {name!r} is taken; choose another name")
     for name, recipe in recipes.items():
-        RECIPES[name], USER_RECIPES[name] = recipe, module
-    USER_SECTIONS.update(sections)
+        RECIPES[name], USER_RECIPES[name], _OWNERS[f"recipe {name}"] = recipe, module, where
+    for name, section in sections.items():
+        USER_SECTIONS[name], _OWNERS[f"section {name}"] = section, where
     return where
 
 
 SHARED_SECTIONS = ("recipe", "recipe_module", "seed", "out_dir", "init", "model", "task", "train", "grpo", "verifier",
                    "cotraining", "selfplay", "safeguard", "rollout", "eval", "checkpoint", "log", "alarms")
-"""The run config's own keys and shared sections (config.py), which no recipe's section may take."""
+"""The run config's own keys and shared sections (config.py's `_RunConfig`, tests/test_api.py checks), which no
+recipe's section may take."""
 
 
 @cache
