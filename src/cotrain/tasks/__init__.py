@@ -19,7 +19,6 @@ from __future__ import annotations
 import difflib
 import inspect
 import sys
-from pathlib import Path
 
 from cotrain.errors import UserError
 from cotrain.tasks.arith import ArithTask
@@ -29,7 +28,7 @@ from cotrain.tasks.codeworld import CodeWorldTask
 from cotrain.tasks.countdown import CountdownTask
 from cotrain.tasks.mathdata import Gsm8kTask, JsonlTask, Math500Task
 from cotrain.tasks.wordproblems import WordProblemsTask
-from cotrain.userfiles import USER_MODULE, load_object
+from cotrain.userfiles import file_of, load_object
 
 __all__ = ["TASKS", "Problem", "Task", "make_task", "register_task"]
 
@@ -115,13 +114,7 @@ def register_task(name: str, cls: type) -> str:
 def module_of(cls: type) -> str:
     """Where a class lives, as `task.module` names it: its file, absolute (a script's, a module's of its own, one
     `task.module` loaded), found from any directory; `package.module:Name` for a class inside a package."""
-    name = cls.__module__
-    path = getattr(sys.modules.get(name), "__file__", None)
-    if "." in name and not name.startswith(USER_MODULE):
-        return f"{name}:{cls.__qualname__}"
-    if path is None:
-        raise UserError(f"{cls.__qualname__} is defined where no other process can find it (a notebook cell?): "
-                        "put it in a file, then register it or name it with task.module")
-    return f"{Path(path).resolve()}:{cls.__qualname__}"
+    where = file_of(sys.modules[cls.__module__], f"{cls.__qualname__} (register it or name it with task.module)")
+    return f"{where}:{cls.__qualname__}"
 
 
