@@ -271,6 +271,24 @@ def test_compiled_decoding_gives_the_samples_of_plain_decoding(nano, greedy, mon
     assert torch.allclose(ro.logp, plain.logp, atol=1e-9) and torch.allclose(ro.entropy, plain.entropy, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sampling_and_entropy_equal_their_plain_expressions_bit_for_bit(dtype):
+    """The decode loop's sampling (the cdf summed in float64 from each float32 term) and entropy (tokens above
+    -inf counted) equal their plain expressions bit for bit, on log-probs with tokens at -inf (top-k) and a row
+    of NaN (a broken model), which counts 0 either way."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=g, dtype=dtype) * 4
+    logits[:3, ::3] = float("-inf")
+    logp = logits.log_softmax(-1)
+    logp[5] = float("nan")
+    u = torch.rand(6, generator=g, dtype=torch.float64)
+    cdf = logp.exp().double().cumsum(-1)
+    plain_tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1).clamp(max=49)
+    assert torch.equal(sample_token(logp[:5], u[:5]), plain_tokens[:5])
+    plain_entropy = -torch.where(logp.isfinite(), logp.exp() * logp, 0.0).sum(-1)
+    assert torch.equal(entropy_of(logp), plain_entropy)
+
+
 @pytest.mark.parametrize("dtype, bf16", [("float32", False), ("float32", True), ("float64", True)],
                          ids=["fp32", "bf16-autocast", "float64-under-autocast"])
 def test_a_cache_with_room_decodes_exactly_as_a_growing_one(nano, dtype, bf16, monkeypatch):

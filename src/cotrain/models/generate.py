@@ -18,6 +18,7 @@ from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import DynamicLayer
 
 from cotrain import dist
+from cotrain.models.packed import packed_linears
 
 
 @functools.cache
@@ -130,7 +131,7 @@ def sample_token(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling: for each row of logp [N, V], the first token whose cumulative probability
     exceeds u [N] in [0, 1) times the row's total (so rounding cannot run past the last token).
     Tokens of probability zero are never drawn."""
-    cdf = logp.exp().double().cumsum(-1)                                               # [N, V]
+    cdf = logp.exp().cumsum(-1, dtype=torch.float64)  # [N, V]; the sum of each float32 term made exact in float64
     target = (u.to(cdf.device) * cdf[:, -1])[:, None]                                  # [N, 1]
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
 
@@ -256,8 +257,9 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
     # outermost region ends, so they are made once per rollout instead of once per forward pass (on
     # SmolLM2, re-casting the 49,152 x 576 embedding alone cost more than a pass's matmuls). The
     # sampling inside runs on float32/float64 logits, which autocast leaves alone. Frozen weights too
-    # (`casts_kept`).
-    with casts_kept(model, bf16), autocast(bf16, device):
+    # (`casts_kept`). On a CPU the few-row products run on weights packed once (`packed_linears`).
+    packed = bf16 and torch.device(device).type == "cpu" and not compiled
+    with casts_kept(model, bf16), packed_linears(model, packed), autocast(bf16, device):
         logits = model(input_ids=prompt_ids.to(device), attention_mask=attn, position_ids=positions,
                        **with_cache(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]
         next_pos = positions[:, -1] + 1
@@ -283,7 +285,8 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
 
 def entropy_of(logp_all: torch.Tensor) -> torch.Tensor:
     """Entropy of each distribution given as log-probs [..., V] (0 * -inf counted as 0)."""
-    return -torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0).sum(-1)
+    # log-probs are never +inf, so "above -inf" is "finite" (a nan counts 0 either way), at a third of isfinite's cost
+    return -torch.where(logp_all > float("-inf"), logp_all.exp() * logp_all, 0.0).sum(-1)
 
 
 def decode_check_every(device) -> int:
@@ -513,10 +516,10 @@ def choose_tokens(logits: torch.Tensor, u: torch.Tensor | None, *, temperature: 
     """The token each row of logits [N, V] gives: its argmax (greedy) or the inverse-CDF draw with
     uniform u [N] at `temperature`, among the `top_k` most likely tokens (0: all) and within `top_p`;
     and the distribution it was drawn from (log-probs [N, V]; greedy: the logits' log-softmax)."""
-    logits = upcast(logits)
+    wide = upcast(logits)
     if greedy:
-        return logits.argmax(-1), logits.log_softmax(-1)
-    scaled = logits / temperature
+        return wide.argmax(-1), wide.log_softmax(-1)
+    scaled = wide.div_(temperature) if wide is not logits else wide / temperature  # an upcast is our own copy
     if 0 < top_k < scaled.shape[-1]:
         kth = scaled.topk(top_k, dim=-1).values[:, -1:]                                    # [N, 1]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
@@ -749,14 +752,16 @@ def group_logprobs(
         attn = torch.cat([p_mask.repeat_interleave(group_size, 0), completion_mask.to(device)], dim=1)  # [N, P+T]
         t = completion_ids.shape[1]
         c_pos = p_pos[:, -1:].repeat_interleave(group_size, 0) + 1 + torch.arange(t, device=device)    # [N, T]
-        first = first.repeat_interleave(group_size, 0)[:, None]                                   # [N, 1, V]
+        parts = [first.repeat_interleave(group_size, 0)[:, None]]                                 # [N, 1, V]
         if t > 1:
-            rest = model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
-                         position_ids=c_pos[:, :-1], **with_cache(model, cache), use_cache=True).logits  # [N, T-1, V]
-            first = torch.cat([first, rest], dim=1)
-    logp = token_logprobs(first, completion_ids.to(device), temperature)                       # [N, T]
+            parts.append(model(input_ids=completion_ids[:, :-1].to(device), attention_mask=attn[:, :-1],
+                               position_ids=c_pos[:, :-1], **with_cache(model, cache), use_cache=True).logits)  # [N, T-1, V]
+    # each part's log-probs on its own, then joined: the same values as over the logits joined, without copying
+    # the [N, T, V] logits and their gradient (on SmolLM2 a tenth of a scoring pass without gradients)
+    ids = completion_ids.to(device)
+    logp = torch.cat([token_logprobs(x, ids[:, j:j + x.shape[1]], temperature) for j, x in zip((0, 1), parts)], 1)  # [N, T]
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = entropy_of(F.log_softmax(upcast(first) / temperature, -1))
+            entropy = torch.cat([entropy_of(F.log_softmax(upcast(x) / temperature, -1)) for x in parts], 1)
     return logp, entropy
