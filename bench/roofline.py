@@ -47,6 +47,7 @@ import torch.nn.functional as F  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 import cotrain.train.update as update  # noqa: E402
+from cotrain import allocator  # noqa: E402
 from cotrain.config import load_config  # noqa: E402
 from cotrain.models.generate import autocast, casts_kept, generate, left_pad, with_cache  # noqa: E402
 from cotrain.models.prompts import encode_generator_prompts  # noqa: E402
@@ -158,8 +159,9 @@ def main() -> int:
     cfg = load_config(args.config, overrides)
     bf16, why = resolve_bf16(cfg.train.bf16, ["cpu"])
     g, dtype = cfg.grpo, torch.bfloat16 if bf16 else torch.float32
-    print(f"roofline: {Path(args.config).name}, {'bf16 autocast' if bf16 else 'fp32'} ({why}); {machine_line()}",
-          flush=True)
+    malloc = allocator.tune()  # as a run sets it (cotrain.runs.session.choose_precision)
+    print(f"roofline: {Path(args.config).name}, {'bf16 autocast' if bf16 else 'fp32'} ({why}); {machine_line()}; "
+          f"allocator {malloc}", flush=True)
 
     torch.manual_seed(cfg.seed)
     model, tokenizer = initial_model(cfg.model, cfg.init, cfg.seed, cfg.train.fsdp)

@@ -1,10 +1,12 @@
-"""A rollout's products on weights packed once (`cotrain.models.packed`): the samples stay those of the plain
-layers bit for bit, and a product that would differ is never used."""
+"""A rollout's products on weights packed once (`cotrain.models.packed`), and the allocator's settings
+(`cotrain.allocator`): the samples stay those of the plain layers bit for bit, a product that would differ is
+never used, and the settings leave alone a process told to keep its own."""
 import dataclasses
 
 import pytest
 import torch
 
+from cotrain import allocator
 from cotrain.config import ModelConfig
 from cotrain.models import packed
 from cotrain.models.build import build_model
@@ -81,3 +83,37 @@ def test_packing_keeps_a_forward_set_on_the_layer_and_stays_out_of_fp32_and_grap
         del layer.forward
     with pytest.raises(AssertionError, match="no_grad"), packed.packed_linears(model, True):
         pass
+
+
+def test_allocator_settings_keep_out_of_a_process_told_otherwise(monkeypatch):
+    """`COTRAIN_MALLOC=system` or any `MALLOC_*` setting in the environment leaves the allocator alone (glibc
+    is not even asked); the choice is made once a process."""
+    def no_glibc():
+        raise AssertionError("the allocator was touched")
+    monkeypatch.setattr(allocator, "_glibc", no_glibc)
+    for environ, said in (({"COTRAIN_MALLOC": "system"}, "COTRAIN_MALLOC=system"),
+                          ({"MALLOC_ARENA_MAX": "2"}, "MALLOC_*")):
+        monkeypatch.setattr(allocator, "TUNED", None)
+        assert said in allocator.tune(environ)
+        assert allocator.tune({}) == allocator.TUNED  # once a process: not asked again
+
+
+def test_allocator_settings_are_set_in_order_and_a_refusal_is_said(monkeypatch):
+    """mallopt is asked the mmap threshold first (the trim threshold without it maps more afresh, not less);
+    a refused setting stops there and is said."""
+    asked = []
+
+    class Libc:
+        def __init__(self, refuse):
+            self.refuse = refuse
+
+        def mallopt(self, key, value):
+            asked.append(key)
+            return 0 if key == self.refuse else 1
+    for refuse, said in ((None, allocator.DESCRIPTION), (allocator.M_MMAP_THRESHOLD, "refused")):
+        asked.clear()
+        monkeypatch.setattr(allocator, "TUNED", None)
+        monkeypatch.setattr(allocator, "_glibc", lambda refuse=refuse: Libc(refuse))
+        assert said in allocator.tune({})
+        assert asked == ([allocator.M_MMAP_THRESHOLD, allocator.M_TRIM_THRESHOLD, allocator.M_TOP_PAD]
+                         if refuse is None else [allocator.M_MMAP_THRESHOLD])

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cotrain import dist, threads
+from cotrain import allocator, dist, threads
 from cotrain.config import RunSettings, TrainConfig
 from cotrain.eval.evaluate import evaluate_generator, evaluation_size, sample_records, take_outcomes
 from cotrain.models.build import load_weights
@@ -98,8 +98,10 @@ def _alarm_history(path: Path) -> list[dict]:
 def choose_precision(t: TrainConfig, dtype: str, models: list, run_dir: Path, resume: bool) -> None:
     """Settle `train.bf16` (auto: on where bf16 is native on every model's device) in `t`, say the
     choice once, warn of weights in a dtype this hardware computes slowly, and record the machine in
-    `env.json` (a resumed run keeps the machines of its earlier parts under `earlier`)."""
+    `env.json` (a resumed run keeps the machines of its earlier parts under `earlier`), beside the C allocator's
+    settings (`allocator.tune`, made here once a process)."""
     devices = [next(m.parameters()).device for m in models] or [dist.device()]
+    malloc = allocator.tune()
     bf16, line = resolve_bf16(t.bf16, devices)
     setting = t.bf16
     t.bf16 = bf16
@@ -110,7 +112,7 @@ def choose_precision(t: TrainConfig, dtype: str, models: list, run_dir: Path, re
             print(text, file=sys.stderr, flush=True)
         env = {**machine(), **provenance(), "processes": dist.world(),
                "precision": {"train.bf16": setting, "bf16_autocast": bf16, "model.dtype": dtype,
-                             "devices": sorted({str(d) for d in devices}), "reason": line}}
+                             "devices": sorted({str(d) for d in devices}), "reason": line}, "allocator": malloc}
         path = run_dir / "env.json"
         if resume and path.is_file():
             try:
