@@ -285,8 +285,9 @@ def _generate(model, prompts: list[list[int]], first_group: int, *, max_new_toke
 
 def entropy_of(logp_all: torch.Tensor) -> torch.Tensor:
     """Entropy of each distribution given as log-probs [..., V] (0 * -inf counted as 0)."""
-    # log-probs are never +inf, so "above -inf" is "finite" (a nan counts 0 either way), at a third of isfinite's cost
-    return -torch.where(logp_all > float("-inf"), logp_all.exp() * logp_all, 0.0).sum(-1)
+    # a token at -inf gives 0 * -inf, a NaN, which nansum counts as 0 (as it does a broken model's NaN); the same
+    # summation as sum's (ATen's cascade sum), a fifth of the time of selecting the finite terms first
+    return -(logp_all.exp() * logp_all).nansum(-1)
 
 
 def decode_check_every(device) -> int:
